@@ -1,0 +1,357 @@
+"""Web channel: the chat page, its WebSocket, and the REST message API, on the shared server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from gateway.config import WebChannelConfig
+from gateway.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.logs import event
+from gateway.ports import Capabilities, ChannelServices, EventSink, Health, SessionBusy
+
+log = logging.getLogger("clawgate.channels.web")
+STATIC = Path(__file__).with_name("static")
+_CONV_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def valid_conversation(conv: object) -> str | None:
+    """A client-chosen conversation id: 1-64 safe characters. None when absent."""
+    if conv is None or conv == "":
+        return None
+    if not isinstance(conv, str) or len(conv) > 64 or not set(conv) <= _CONV_CHARS:
+        raise ValueError("conversation must be 1-64 characters of letters, digits, '-', '_' or '.'")
+    return conv
+
+
+@dataclass(slots=True)
+class _Pending:
+    future: asyncio.Future[tuple[str, str]]
+    ref_id: str | None = None
+
+
+@dataclass(slots=True)
+class _Sockets:
+    by_conv: dict[str, set[web.WebSocketResponse]] = field(default_factory=dict)
+
+    def add(self, key: str, ws: web.WebSocketResponse) -> None:
+        self.by_conv.setdefault(key, set()).add(ws)
+
+    def remove(self, key: str, ws: web.WebSocketResponse) -> None:
+        group = self.by_conv.get(key)
+        if group is not None:
+            group.discard(ws)
+            if not group:
+                del self.by_conv[key]
+
+    async def push(self, key: str, frame: dict[str, Any]) -> int:
+        sent = 0
+        for ws in list(self.by_conv.get(key, ())):
+            if ws.closed:
+                continue
+            try:
+                await ws.send_json(frame)
+                sent += 1
+            except (ConnectionError, RuntimeError):
+                continue
+        return sent
+
+
+class WebAdapter:
+    def __init__(self, name: str, config: WebChannelConfig, services: ChannelServices) -> None:
+        self.name = name
+        self.config = config
+        self.services = services
+        self.capabilities = Capabilities(
+            can_edit=True, typing=True, threads=True, max_length=1_000_000, min_edit_interval=0.05
+        )
+        self._sink: EventSink | None = None
+        self._pending: dict[str, _Pending] = {}
+        self._ref_event: dict[str, str] = {}
+        self._sockets = _Sockets()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
+        app = services.http
+        assert isinstance(app, web.Application)
+        app.router.add_get("/", self._index)
+        app.router.add_get("/ws", self._ws)
+        app.router.add_post("/api/v1/messages", self._post_message)
+        app.router.add_get("/api/v1/messages", self._get_messages)
+
+    # -- adapter port ---------------------------------------------------------------------------
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._started = True
+
+    async def stop(self) -> None:
+        self._started = False
+        for group in list(self._sockets.by_conv.values()):
+            for ws in list(group):
+                await ws.close(code=1001, message=b"server shutting down")
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def send(self, msg: OutboundMessage) -> MessageRef:
+        ref = MessageRef(msg.conversation, uuid.uuid4().hex)
+        if msg.in_reply_to_event:
+            self._ref_event[ref.message_id] = msg.in_reply_to_event
+            pending = self._pending.get(msg.in_reply_to_event)
+            if pending is not None:
+                pending.ref_id = ref.message_id
+        await self._deliver(ref, msg.text, msg.final, msg.in_reply_to_event)
+        return ref
+
+    async def edit(self, ref: MessageRef, text: str, final: bool) -> None:
+        await self._deliver(ref, text, final, self._ref_event.get(ref.message_id))
+
+    async def _deliver(self, ref: MessageRef, text: str, final: bool, event_id: str | None) -> None:
+        frame = {"type": "reply", "id": ref.message_id, "text": text, "final": final, "event": event_id}
+        await self._sockets.push(ref.conversation.session_key, frame)
+        if final:
+            self._ref_event.pop(ref.message_id, None)
+            pending = self._pending.get(event_id or "")
+            if pending is not None and not pending.future.done():
+                pending.future.set_result((text, ref.message_id))
+
+    @asynccontextmanager
+    async def typing(self, conv: ConversationRef) -> AsyncIterator[None]:
+        await self._sockets.push(conv.session_key, {"type": "typing", "on": True})
+        try:
+            yield
+        finally:
+            await self._sockets.push(conv.session_key, {"type": "typing", "on": False})
+
+    def health(self) -> Health:
+        return Health(self._started, "serving" if self._started else "stopped")
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _conversation(self, user_id: str, conv: str | None) -> ConversationRef:
+        return ConversationRef(self.name, user_id, conv, ConversationKind.DM)
+
+    def _bearer(self, request: web.Request) -> str | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+    def _api_user(self, request: web.Request) -> str:
+        user = self.services.authenticate(self._bearer(request))
+        if user is None:
+            raise _json_error(401, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
+        return user
+
+    def _local_visitor(self, request: web.Request) -> bool:
+        peer = request.remote or ""
+        return (
+            self.config.allow_local_anonymous
+            and self.config.is_loopback
+            and peer in ("127.0.0.1", "::1", "localhost")
+        )
+
+    def _event(self, user_id: str, conv: str | None, text: str, event_id: str | None) -> MessageReceived:
+        return MessageReceived(
+            event_id=f"{self.name}:{user_id}:{event_id or uuid.uuid4().hex}",
+            ref=self._conversation(user_id, conv),
+            sender=Actor(f"web:{user_id}", user_id),
+            text=text,
+            mentions_bot=True,
+        )
+
+    async def _run(self, ev: MessageReceived) -> tuple[str, str]:
+        """Hand an event to the gateway and wait for its final reply text."""
+        if self._sink is None:
+            raise _json_error(503, "the gateway is starting; try again shortly", {"Retry-After": "1"})
+        loop = asyncio.get_running_loop()
+        pending = self._pending[ev.event_id] = _Pending(loop.create_future())
+        try:
+            await self._sink(ev)
+            if not pending.future.done():
+                raise _DuplicateEvent()
+            return pending.future.result()
+        finally:
+            self._pending.pop(ev.event_id, None)
+
+    # -- HTTP handlers ---------------------------------------------------------------------------
+
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC / "index.html", headers={
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
+                                       "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'",
+            "X-Content-Type-Options": "nosniff",
+        })
+
+    async def _read_json(self, request: web.Request) -> dict[str, Any]:
+        limit = self.config.max_message_bytes + 4096
+        if request.content_length is not None and request.content_length > limit:
+            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
+        try:
+            raw = await request.content.read(limit + 1)
+        except asyncio.CancelledError:
+            raise
+        if len(raw) > limit:
+            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise _json_error(400, "the body is not valid UTF-8") from None
+        except ValueError as exc:
+            raise _json_error(400, f"malformed JSON: {exc.args[0] if exc.args else exc}") from None
+        if not isinstance(body, dict):
+            raise _json_error(400, "the body must be a JSON object")
+        return body
+
+    def _text(self, value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _json_error(400, "'text' must be a non-empty string")
+        if len(value.encode("utf-8", "surrogatepass")) > self.config.max_message_bytes:
+            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise _json_error(400, "'text' contains invalid Unicode (lone surrogates)")
+        return value
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        user_id = self._api_user(request)
+        body = await self._read_json(request)
+        text = self._text(body.get("text"))
+        try:
+            conv = valid_conversation(body.get("conversation"))
+        except ValueError as exc:
+            raise _json_error(400, str(exc)) from None
+        idem = request.headers.get("Idempotency-Key")
+        if idem is not None and not (0 < len(idem) <= 128):
+            raise _json_error(400, "Idempotency-Key must be 1-128 characters")
+        ev = self._event(user_id, conv, text, idem)
+        try:
+            reply, message_id = await self._run(ev)
+        except _DuplicateEvent:
+            raise _json_error(409, "a request with this Idempotency-Key was already processed") from None
+        except SessionBusy:
+            raise _json_error(429, "too many messages waiting in this conversation", {"Retry-After": "2"}) from None
+        return web.json_response({"reply": reply, "session": ev.ref.session_key, "message_id": message_id})
+
+    async def _get_messages(self, request: web.Request) -> web.Response:
+        user_id = self._api_user(request)
+        try:
+            conv = valid_conversation(request.query.get("conversation"))
+        except ValueError as exc:
+            raise _json_error(400, str(exc)) from None
+        items = await self.services.history(self._conversation(user_id, conv), f"web:{user_id}")
+        return web.json_response({"messages": [{"role": i.role, "text": i.text} for i in items]})
+
+    async def _ws(self, request: web.Request) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.rstrip("/") not in _allowed_origins(request):
+            event(log, "web_ws_origin_refused", logging.WARNING, origin=origin)
+            raise web.HTTPForbidden(text="cross-origin WebSocket refused")
+        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=self.config.max_message_bytes + 4096)
+        await ws.prepare(request)
+        user_id: str | None = None
+        key: str | None = None
+        conv: str | None = None
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    if msg.type == WSMsgType.ERROR:
+                        break
+                    continue
+                try:
+                    frame = json.loads(msg.data)
+                    if not isinstance(frame, dict):
+                        raise ValueError("frame must be an object")
+                except ValueError:
+                    await ws.send_json({"type": "error", "error": "malformed frame: send JSON objects"})
+                    continue
+                kind = frame.get("type")
+                if kind == "hello":
+                    token = frame.get("token") or None
+                    user_id = self.services.authenticate(token) if token else None
+                    if user_id is None and token is None and self._local_visitor(request):
+                        user_id = self.config.local_user
+                    if user_id is None:
+                        await ws.send_json({"type": "error", "error": "unauthorized: a valid token is required",
+                                            "fatal": True})
+                        break
+                    try:
+                        conv = valid_conversation(frame.get("conversation"))
+                    except ValueError as exc:
+                        await ws.send_json({"type": "error", "error": str(exc), "fatal": True})
+                        break
+                    if key is not None:
+                        self._sockets.remove(key, ws)
+                    ref = self._conversation(user_id, conv)
+                    key = ref.session_key
+                    self._sockets.add(key, ws)
+                    history = await self.services.history(ref, f"web:{user_id}")
+                    await ws.send_json({"type": "ready", "user": user_id, "conversation": conv,
+                                        "history": [{"role": i.role, "text": i.text} for i in history]})
+                elif kind == "message":
+                    if user_id is None:
+                        await ws.send_json({"type": "error", "error": "say hello first"})
+                        continue
+                    try:
+                        text = self._text(frame.get("text"))
+                    except web.HTTPException as exc:
+                        await ws.send_json({"type": "error", "error": json.loads(exc.text or "{}").get("error")})
+                        continue
+                    client_id = frame.get("id")
+                    client_id = client_id if isinstance(client_id, str) and 0 < len(client_id) <= 64 else None
+                    task = asyncio.create_task(self._ws_turn(ws, self._event(user_id, conv, text, client_id)))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                else:
+                    await ws.send_json({"type": "error", "error": f"unknown frame type {kind!r}"})
+        finally:
+            if key is not None:
+                self._sockets.remove(key, ws)
+        return ws
+
+    async def _ws_turn(self, ws: web.WebSocketResponse, ev: MessageReceived) -> None:
+        try:
+            await self._run(ev)
+        except _DuplicateEvent:
+            pass
+        except SessionBusy:
+            await self._ws_error(ws, "busy: too many messages waiting, try again shortly", ev)
+        except Exception as exc:
+            event(log, "web_turn_failed", logging.ERROR, error=type(exc).__name__)
+            await self._ws_error(ws, "internal error", ev)
+
+    async def _ws_error(self, ws: web.WebSocketResponse, reason: str, ev: MessageReceived) -> None:
+        if not ws.closed:
+            await ws.send_json({"type": "error", "error": reason, "event": ev.event_id})
+
+
+class _DuplicateEvent(Exception):
+    pass
+
+
+def _allowed_origins(request: web.Request) -> set[str]:
+    host = request.headers.get("Host", "")
+    return {f"http://{host}", f"https://{host}"}
+
+
+def _json_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.HTTPException:
+    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 409: web.HTTPConflict,
+           413: web.HTTPRequestEntityTooLarge, 429: web.HTTPTooManyRequests,
+           503: web.HTTPServiceUnavailable}[status]
+    body = json.dumps({"error": message})
+    if cls is web.HTTPRequestEntityTooLarge:
+        return web.HTTPRequestEntityTooLarge(max_size=0, actual_size=0, text=body,
+                                             content_type="application/json", headers=headers)
+    return cls(text=body, content_type="application/json", headers=headers)
+
+
+def create(name: str, config: WebChannelConfig, services: ChannelServices) -> WebAdapter:
+    return WebAdapter(name, config, services)
+

@@ -1,0 +1,159 @@
+"""Gateway lifecycle: storage, channels, the shared web server, the router, and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+from aiohttp import web
+
+import channels
+from gateway.auth import TokenAuth
+from gateway.config import Config
+from gateway.config_load import secret_values
+from gateway.delivery import Delivery
+from gateway.events import ConversationRef
+from gateway.llm import LLMClient
+from gateway.logs import event, setup_logging
+from gateway.metrics import Metrics
+from gateway.openai_api import OpenAIApi
+from gateway.ports import Adapter, ChannelServices, HistoryItem
+from gateway.router import Router
+from gateway.server import add_ops_routes, build_app
+from gateway.tools import ToolRegistry
+from gateway.turn import NOTICE_AUTHOR, TurnEngine
+from memory.storage import Storage
+
+log = logging.getLogger("clawgate.app")
+
+
+class Gateway:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.storage: Storage | None = None
+        self.adapters: dict[str, Adapter] = {}
+        self.router: Router | None = None
+        self.llm = LLMClient(
+            timeout=config.ai.timeout_seconds,
+            retries=config.ai.retries,
+            backoff=config.ai.retry_backoff_seconds,
+            max_concurrent=config.ai.max_concurrent_calls,
+            temperature=config.ai.temperature,
+            metrics=self.metrics,
+        )
+        self.auth = TokenAuth(config)
+        self._runner: web.AppRunner | None = None
+        self._sites: list[web.TCPSite] = []
+        self._ready = False
+        self._stopping = asyncio.Event()
+        self.started_at = time.time()
+
+    # -- start / stop -----------------------------------------------------------------------------
+
+    def _declared_users(self) -> list[tuple[str, list[str], list[str]]]:
+        declared = []
+        for uid, user in self.config.users.items():
+            idents = list(user.identities)
+            if user.tokens:
+                idents += [f"web:{uid}", f"api:{uid}"]
+            declared.append((uid, list(user.roles), sorted(set(idents), key=idents.index)))
+        for ch in self.config.web_channels().values():
+            if ch.allow_local_anonymous and ch.is_loopback and ch.local_user not in self.config.users:
+                declared.append((ch.local_user, ["user"], [f"web:{ch.local_user}"]))
+        return declared
+
+    async def start(self) -> None:
+        started = time.perf_counter()
+        setup_logging(self.config.logging.level, secret_values(self.config))
+        storage = self.storage = await Storage.open(
+            self.config.storage.resolved_database_url, self.config.session.history_messages
+        )
+        await storage.identities.sync_declared(self._declared_users())
+
+        web_cfgs = self.config.web_channels()
+        max_body = max((c.max_message_bytes for c in web_cfgs.values()), default=64 * 1024) + 64 * 1024
+        app = build_app(max_body)
+        services = ChannelServices(http=app, authenticate=self.auth, history=self._history)
+        for name, ch_cfg in self.config.channels.items():
+            if getattr(ch_cfg, "enabled", True):
+                self.adapters[name] = channels.create(name, ch_cfg, services)
+
+        engine = TurnEngine(self.config, self.llm, ToolRegistry())
+        self.router = Router(self.config, storage, engine, Delivery(storage.journal), self.adapters,
+                             self.metrics)
+        OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
+        add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
+
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        for name, ch_cfg in web_cfgs.items():
+            site = web.TCPSite(self._runner, ch_cfg.host, ch_cfg.port, reuse_address=True)
+            await site.start()
+            self._sites.append(site)
+            event(log, "web_listening", channel=name, url=self.url_for(site))
+        for adapter in self.adapters.values():
+            await adapter.start(self.router.handle)
+        self._ready = True
+        event(log, "gateway_ready", ms=(time.perf_counter() - started) * 1000, channels=",".join(self.adapters))
+        # Heavy imports after ready: a turn that arrives meanwhile waits for them.
+        self.llm.start_loading()
+        resumed = await self.router.resume_unfinished()
+        if resumed:
+            event(log, "gateway_resumed_events", count=resumed)
+
+    async def stop(self, deadline: float = 10.0) -> None:
+        self._ready = False
+        if self.router is not None:
+            await self.router.drain(deadline)
+        for adapter in self.adapters.values():
+            try:
+                await adapter.stop()
+            except Exception as exc:
+                event(log, "adapter_stop_failed", logging.WARNING, error=type(exc).__name__)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.storage is not None:
+            await self.storage.close()
+        event(log, "gateway_stopped")
+
+    async def run_until_signal(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stopping.set)
+        await self.start()
+        await self._stopping.wait()
+        event(log, "gateway_stopping")
+        await self.stop()
+
+    # -- info -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def url_for(site: web.TCPSite) -> str:
+        server = site._server  # aiohttp exposes bound sockets only here
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            host, port = sockets[0].getsockname()[:2]
+            host = f"[{host}]" if ":" in host else host
+            return f"http://{host}:{port}"
+        return site.name
+
+    @property
+    def url(self) -> str:
+        return self.url_for(self._sites[0])
+
+    async def _readiness(self) -> tuple[bool, dict[str, Any]]:
+        storage_ok = self.storage is not None and await self.storage.ping()
+        chans = {name: a.health().ok for name, a in self.adapters.items()}
+        ok = self._ready and storage_ok and all(chans.values())
+        return ok, {"storage": storage_ok, "channels": chans, "model_loaded": self.llm.loaded}
+
+    async def _history(self, ref: ConversationRef, identity: str) -> list[HistoryItem]:
+        assert self.storage is not None and self.router is not None
+        user = await self.storage.identities.resolve(identity)
+        key = self.router.session_key_for(ref, user)
+        msgs = await self.storage.sessions.history(key)
+        return [HistoryItem("notice" if m.author == NOTICE_AUTHOR else m.role, m.content) for m in msgs]

@@ -1,0 +1,75 @@
+"""`clawgate` command line: run the gateway, check the config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from gateway import __version__
+from gateway.config_load import ConfigError, default_config_path, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clawgate", description="Self-hosted AI chat gateway with trustworthy memory.")
+    p.add_argument("--version", action="version", version=f"clawgate {__version__}")
+    p.add_argument("--config", type=Path, default=None,
+                   help="path to config.yaml (default: $CLAWGATE_CONFIG or ./config.yaml)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("run", help="start the gateway")
+    cfg = sub.add_parser("config", help="configuration tools")
+    cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+    cfg_sub.add_parser("check", help="validate config.yaml and list every problem")
+    return p
+
+
+def _config_path(args: argparse.Namespace) -> Path:
+    return args.config if args.config is not None else default_config_path()
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    path = _config_path(args)
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    agents = ", ".join(a.name for a in config.agents.list)
+    model = config.agents.list[0].model or config.ai.model or "(none)"
+    print(f"{path}: OK (agents: {agents}; model: {model}; channels: {', '.join(config.channels) or 'none'})")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gateway.app import Gateway
+
+    path = _config_path(args)
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        print("The gateway did not start. Fix the problems above (clawgate config check).", file=sys.stderr)
+        return 2
+    gateway = Gateway(config)
+    try:
+        asyncio.run(gateway.run_until_signal())
+    except OSError as exc:
+        print(f"clawgate: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "config" and args.config_command == "check":
+        return cmd_config_check(args)
+    parser.print_help()
+    return 0 if args.command is None else 2

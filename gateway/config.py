@@ -1,0 +1,195 @@
+"""Typed configuration. Every key documented in README's config reference lives here.
+
+Models reject unknown keys. Cross-field rules (unique names, tokens required off loopback)
+are checked in `Config.check_semantics` so that every problem is reported together.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+Role = Literal["admin", "system", "user", "public"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GeminiConfig(_Strict):
+    api_key: SecretStr | None = None
+    model: str = "gemini/gemini-2.0-flash"
+
+
+class AIConfig(_Strict):
+    model: str | None = None
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    fallback: list[str] = Field(default_factory=list)
+    gemini: GeminiConfig = Field(default_factory=GeminiConfig)
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
+    retries: Annotated[int, Field(ge=0, le=10)] = 2
+    retry_backoff_seconds: Annotated[float, Field(ge=0, le=60)] = 0.5
+    max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
+    max_tool_rounds: Annotated[int, Field(ge=0, le=20)] = 4
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+
+
+class AgentConfig(_Strict):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    model: str | None = None
+    fallback: list[str] | None = None
+    instructions: str = ""
+    bootstrap_max_chars: Annotated[int, Field(ge=0)] | None = None
+
+
+DEFAULT_INSTRUCTIONS = (
+    "You are clawgate, a helpful assistant reached through a chat gateway. "
+    "Answer clearly and concisely."
+)
+
+
+class AgentsConfig(_Strict):
+    list: builtins.list[AgentConfig] = Field(
+        default_factory=lambda: [AgentConfig(name="default", instructions=DEFAULT_INSTRUCTIONS)]
+    )
+
+
+class StorageConfig(_Strict):
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
+
+
+class WebChannelConfig(_Strict):
+    type: Literal["web"] = "web"
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    # On a loopback bind, a visitor without a token chats as `local_user`.
+    allow_local_anonymous: bool = True
+    local_user: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] = "local"
+    # Inbound message size limit in bytes (UTF-8). Larger bodies get 413.
+    max_message_bytes: Annotated[int, Field(ge=1, le=16 * 1024 * 1024)] = 64 * 1024
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+ChannelConfig = WebChannelConfig
+PLATFORM_TYPES = ("web",)
+
+
+class UserConfig(_Strict):
+    roles: list[Role] = Field(default_factory=lambda: ["user"])
+    identities: list[str] = Field(default_factory=list)
+    tokens: list[SecretStr] = Field(default_factory=list)
+
+    @field_validator("identities")
+    @classmethod
+    def _identity_shape(cls, value: list[str]) -> list[str]:
+        for ident in value:
+            platform, sep, rest = ident.partition(":")
+            if not sep or not platform or not rest:
+                raise ValueError(f"identity {ident!r} must look like '<platform>:<id>', e.g. 'telegram:123'")
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _token_strength(cls, value: list[SecretStr]) -> list[SecretStr]:
+        for tok in value:
+            if len(tok.get_secret_value()) < 16:
+                raise ValueError("each token must be at least 16 characters")
+        return value
+
+
+class SessionConfig(_Strict):
+    dm_scope: Literal["per_channel", "per_user"] = "per_channel"
+    # Recent messages sent to the model per turn (short-term memory budget comes later).
+    history_messages: Annotated[int, Field(ge=1, le=10_000)] = 40
+    max_pending_per_session: Annotated[int, Field(ge=1, le=10_000)] = 32
+
+
+class LoggingConfig(_Strict):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class Config(_Strict):
+    ai: AIConfig = Field(default_factory=AIConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    channels: dict[str, ChannelConfig] = Field(default_factory=lambda: {"web": WebChannelConfig()})
+    users: dict[str, UserConfig] = Field(default_factory=dict)
+    session: SessionConfig = Field(default_factory=SessionConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(value)
+        except Exception:
+            raise ValueError("unknown IANA time zone, e.g. 'Europe/Berlin'") from None
+        return value
+
+    def check_semantics(self) -> list[tuple[str, object, str]]:
+        """Cross-field problems as (path, value, reason); empty when the config is usable."""
+        problems: list[tuple[str, object, str]] = []
+        names = [a.name for a in self.agents.list]
+        if not names:
+            problems.append(("agents.list", [], "at least one agent is required"))
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                problems.append((f"agents.list[{i}].name", name, "duplicate agent name"))
+        seen_ident: dict[str, str] = {}
+        seen_tokens: dict[str, str] = {}
+        for uid, user in self.users.items():
+            for j, ident in enumerate(user.identities):
+                if ident in seen_ident:
+                    problems.append(
+                        (f"users.{uid}.identities[{j}]", ident, f"already belongs to user {seen_ident[ident]!r}")
+                    )
+                seen_ident[ident] = uid
+            for j, tok in enumerate(user.tokens):
+                raw = tok.get_secret_value()
+                if raw in seen_tokens:
+                    problems.append((f"users.{uid}.tokens[{j}]", tok, f"same token as user {seen_tokens[raw]!r}"))
+                seen_tokens[raw] = uid
+        for name, ch in self.channels.items():
+            if ch.type == "web" and ch.enabled and not ch.is_loopback:
+                if not seen_tokens:
+                    problems.append(
+                        (
+                            f"channels.{name}.host",
+                            ch.host,
+                            "the web channel binds beyond loopback but no user has tokens; "
+                            "add users.<id>.tokens or bind to 127.0.0.1",
+                        )
+                    )
+        return problems
+
+    def agent(self, name: str | None) -> AgentConfig | None:
+        if name in (None, "", "default"):
+            return self.agents.list[0]
+        return next((a for a in self.agents.list if a.name == name), None)
+
+    def web_channels(self) -> dict[str, WebChannelConfig]:
+        return {n: c for n, c in self.channels.items() if c.type == "web" and c.enabled}

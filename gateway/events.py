@@ -1,0 +1,106 @@
+"""Small, frozen event types shared by channels, memory and the gateway.
+
+Times are timezone-aware UTC. Thread identity is a field, never a metadata entry. `raw`
+(the platform payload) is kept out of equality and repr so it never leaks into logs.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ConversationKind(enum.StrEnum):
+    DM = "dm"
+    GROUP = "group"
+    CHANNEL = "channel"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRef:
+    channel: str  # configured channel name, e.g. "web" or "telegram-main"
+    chat_id: str
+    thread_id: str | None = None
+    kind: ConversationKind = ConversationKind.DM
+
+    @property
+    def session_key(self) -> str:
+        """`<channel>:<kind>:<chat>[:<thread>]`, the per-conversation session key (DESIGN §3)."""
+        base = f"{self.channel}:{self.kind.value}:{self.chat_id}"
+        return f"{base}:{self.thread_id}" if self.thread_id else base
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    identity: str  # "<platform>:<platform user id>", e.g. "web:alice", "telegram:123"
+    display_name: str | None = None
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRef:
+    conversation: ConversationRef
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    kind: str
+    name: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    event_id: str  # globally unique per channel delivery; the dedupe key
+    ref: ConversationRef
+    sender: Actor
+    text: str
+    mentions_bot: bool = False
+    reply_to: MessageRef | None = None
+    attachments: tuple[Attachment, ...] = ()
+    received_at: datetime = field(default_factory=utcnow)
+    raw: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    conversation: ConversationRef
+    text: str
+    idempotency_key: str
+    in_reply_to_event: str | None = None
+    reply_to: MessageRef | None = None
+    final: bool = True
+
+
+def event_to_payload(ev: MessageReceived) -> dict[str, Any]:
+    """What the inbound journal keeps of an event: enough to process it again after a crash."""
+    return {
+        "event_id": ev.event_id,
+        "channel": ev.ref.channel,
+        "chat_id": ev.ref.chat_id,
+        "thread_id": ev.ref.thread_id,
+        "kind": ev.ref.kind.value,
+        "sender": ev.sender.identity,
+        "sender_name": ev.sender.display_name,
+        "text": ev.text,
+        "mentions_bot": ev.mentions_bot,
+        "received_at": ev.received_at.isoformat(),
+    }
+
+
+def event_from_payload(p: dict[str, Any]) -> MessageReceived:
+    return MessageReceived(
+        event_id=p["event_id"],
+        ref=ConversationRef(p["channel"], p["chat_id"], p.get("thread_id"), ConversationKind(p["kind"])),
+        sender=Actor(p["sender"], p.get("sender_name")),
+        text=p["text"],
+        mentions_bot=bool(p.get("mentions_bot")),
+        received_at=datetime.fromisoformat(p["received_at"]),
+    )

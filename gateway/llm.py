@@ -1,0 +1,314 @@
+"""LiteLLM behind one small client: streaming, timeouts, retries with backoff, fallback chain.
+
+litellm takes ~4 s to import, so it is loaded in a thread after the gateway is ready; a turn
+that arrives earlier waits for it. Errors are classified by exception type, never by text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.logs import event
+
+log = logging.getLogger("clawgate.llm")
+
+# Must be set before litellm is imported: otherwise it fetches a price map from the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+RETRYABLE = frozenset({"rate_limit", "overloaded", "server", "timeout", "connection"})
+
+_HINTS = {
+    "auth": "the provider refused the credentials: set ai.api_key (or the provider's key variable)",
+    "not_found": "the provider does not know this model: check ai.model",
+    "bad_request": "the provider rejected the request",
+    "context_window": "the conversation is too long for this model: start a new one with /new",
+    "rate_limit": "the provider is rate limiting us",
+    "overloaded": "the provider is overloaded",
+    "server": "the provider returned a server error",
+    "timeout": "the provider did not answer in time",
+    "connection": "the provider could not be reached: check ai.api_base and the network",
+    "no_model": "no model is configured: set ai.model in config.yaml",
+    "unknown_provider": "this is not a LiteLLM model id (like 'openai/gpt-4o-mini'): check ai.model",
+    "other": "the call failed",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+
+
+@dataclass(slots=True)
+class Attempt:
+    model: str
+    kind: str
+    status: int | None = None
+
+
+class LLMError(Exception):
+    """Every model in the chain failed. `attempts` says which and why (no secrets)."""
+
+    def __init__(self, attempts: list[Attempt]) -> None:
+        self.attempts = attempts
+        super().__init__("; ".join(f"{a.model}: {a.kind}" for a in attempts) or "no model configured")
+
+    @property
+    def kind(self) -> str:
+        return self.attempts[-1].kind if self.attempts else "no_model"
+
+    def user_message(self) -> str:
+        if not self.attempts:
+            return (
+                "No language model is configured, so I can't answer yet. An operator can set "
+                "`ai.model` (any LiteLLM model id, e.g. `openai/gpt-4o-mini`) and `ai.api_key` in config.yaml."
+            )
+        tried = "; ".join(f"`{a.model}` ({_HINTS.get(a.kind, a.kind)})" for a in self.attempts)
+        return (
+            f"Sorry, I couldn't get an answer from the model. Tried: {tried}. "
+            "An operator can configure the model under `ai:` in config.yaml "
+            "(`model`, `api_key`, `api_base`, `fallback`); `clawgate config check` validates it."
+        )
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class Restart:
+    """The stream failed after partial output and is being retried: discard what was shown."""
+
+    model: str
+
+
+@dataclass(slots=True)
+class Completion:
+    model: str
+    text: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+LLMEvent = TextDelta | Restart | Completion
+
+
+def classify(exc: BaseException) -> tuple[str, int | None]:
+    """Map a litellm/openai exception (by type) to a stable kind and HTTP status."""
+    import litellm
+
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    ordered: list[tuple[type[BaseException], str]] = [
+        (litellm.ContextWindowExceededError, "context_window"),
+        (litellm.AuthenticationError, "auth"),
+        (litellm.PermissionDeniedError, "auth"),
+        (litellm.NotFoundError, "not_found"),
+        (litellm.RateLimitError, "rate_limit"),
+        (litellm.ServiceUnavailableError, "overloaded"),
+        (litellm.Timeout, "timeout"),
+        (litellm.BadGatewayError, "server"),
+        (litellm.InternalServerError, "server"),
+        (litellm.APIConnectionError, "connection"),
+        (litellm.BadRequestError, "bad_request"),
+        (litellm.APIError, "server"),
+        (asyncio.TimeoutError, "timeout"),
+        (ConnectionError, "connection"),
+    ]
+    for cls, kind in ordered:
+        if isinstance(exc, cls):
+            if kind == "bad_request" and "LLM Provider NOT provided" in str(exc):
+                return "unknown_provider", status
+            if kind == "server" and status is not None and 400 <= status < 500 and status != 429:
+                return "bad_request", status
+            return kind, status
+    return "other", status
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    headers = getattr(exc, "headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class LLMClient:
+    def __init__(
+        self,
+        *,
+        timeout: float = 60.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_concurrent: int = 16,
+        temperature: float | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.temperature = temperature
+        self._gate = asyncio.Semaphore(max_concurrent)
+        self._litellm: Any = None
+        self._loading: asyncio.Task[Any] | None = None
+        self._metrics = metrics
+
+    def start_loading(self) -> None:
+        if self._loading is None and self._litellm is None:
+            self._loading = asyncio.get_running_loop().create_task(asyncio.to_thread(self._import))
+
+    @staticmethod
+    def _import() -> Any:
+        litellm = importlib.import_module("litellm")
+        # Keep litellm's per-call work small: no telemetry, no debug banners, no cost callbacks.
+        litellm.telemetry = False
+        litellm.suppress_debug_info = True
+        litellm.drop_params = True
+        litellm.turn_off_message_logging = True
+        litellm.callbacks = []
+        litellm.success_callback = []
+        litellm.failure_callback = []
+        litellm.set_verbose = False
+        return litellm
+
+    @property
+    def loaded(self) -> bool:
+        return self._litellm is not None
+
+    async def ready(self) -> Any:
+        if self._litellm is None:
+            self.start_loading()
+            assert self._loading is not None
+            self._litellm = await self._loading
+        return self._litellm
+
+    async def stream(
+        self,
+        chain: list[ModelSpec],
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+    ) -> AsyncIterator[LLMEvent]:
+        """Yield text deltas and finally one Completion; raise LLMError when every model failed."""
+        litellm = await self.ready()
+        attempts: list[Attempt] = []
+        async with self._gate:
+            for spec in chain:
+                for attempt in range(self.retries + 1):
+                    emitted = False
+                    started = time.perf_counter()
+                    try:
+                        async for ev in self._one_call(litellm, spec, messages, tools):
+                            if isinstance(ev, TextDelta):
+                                emitted = True
+                            yield ev
+                        self._observe(spec.model, "ok", started)
+                        return
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:
+                        kind, status = classify(exc)
+                        self._observe(spec.model, kind, started)
+                        event(
+                            log,
+                            "llm_call_failed",
+                            logging.WARNING,
+                            model=spec.model,
+                            kind=kind,
+                            status=status,
+                            attempt=attempt + 1,
+                            error=type(exc).__name__,
+                        )
+                        if emitted:
+                            yield Restart(spec.model)
+                        if kind in RETRYABLE and attempt < self.retries:
+                            await asyncio.sleep(self._delay(attempt, _retry_after(exc)))
+                            continue
+                        attempts.append(Attempt(spec.model, kind, status))
+                        break
+        raise LLMError(attempts)
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), 30.0)
+        base = self.backoff * (2**attempt)
+        return base + random.uniform(0, base / 2)
+
+    def _observe(self, model: str, outcome: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.llm_call(model, outcome, time.perf_counter() - started)
+
+    async def _one_call(
+        self, litellm: Any, spec: ModelSpec, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> AsyncIterator[LLMEvent]:
+        kwargs: dict[str, Any] = {
+            "model": spec.model,
+            "messages": messages,
+            "stream": True,
+            "timeout": self.timeout,
+            "max_retries": 0,  # retries are ours, so they are counted and logged once
+            "stream_options": {"include_usage": True},
+        }
+        if spec.api_base:
+            kwargs["api_base"] = spec.api_base
+        if spec.api_key:
+            kwargs["api_key"] = spec.api_key
+        if tools:
+            kwargs["tools"] = tools
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        async with asyncio.timeout(self.timeout):
+            response = await litellm.acompletion(**kwargs)
+        parts: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage = None
+        iterator = response.__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                break
+            usage = getattr(chunk, "usage", None) or usage
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            text = getattr(delta, "content", None)
+            if text:
+                parts.append(text)
+                yield TextDelta(text)
+            for tc in getattr(delta, "tool_calls", None) or ():
+                slot = calls.setdefault(
+                    tc.index or 0, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                if tc.id:
+                    slot["id"] = tc.id
+                fn = tc.function
+                if fn is not None:
+                    if fn.name:
+                        slot["function"]["name"] += fn.name
+                    if fn.arguments:
+                        slot["function"]["arguments"] += fn.arguments
+        tool_calls = [calls[i] for i in sorted(calls)]
+        for i, tc in enumerate(tool_calls):
+            tc["id"] = tc["id"] or f"call_{i}"
+        yield Completion(
+            model=spec.model,
+            text="".join(parts),
+            tool_calls=tool_calls,
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+        )

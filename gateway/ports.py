@@ -1,0 +1,89 @@
+"""The adapter port: the small surface every channel implements (DESIGN §2)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+
+EventSink = Callable[[MessageReceived], Awaitable[None]]
+
+
+def _len(text: str) -> int:
+    return len(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    can_edit: bool = False
+    typing: bool = False
+    threads: bool = False
+    max_length: int = 4000
+    length: Callable[[str], int] = _len
+    min_edit_interval: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    ok: bool
+    detail: str = ""
+
+
+class DeliveryError(Exception):
+    """A send or edit that failed. Adapters raise only this type."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        maybe_delivered: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.maybe_delivered = maybe_delivered
+
+
+class SessionBusy(Exception):
+    """The sink refused an event: too many messages already wait in that session (back-pressure)."""
+
+
+class Adapter(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    async def start(self, sink: EventSink) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(self, msg: OutboundMessage) -> MessageRef: ...
+
+    async def edit(self, ref: MessageRef, text: str, final: bool) -> None: ...
+
+    def typing(self, conv: ConversationRef) -> AbstractAsyncContextManager[None]: ...
+
+    def health(self) -> Health: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelServices:
+    """What the gateway hands a channel when it is created.
+
+    `http` is the shared aiohttp application: channels that receive HTTP (web chat, webhooks)
+    add their routes to it before the server starts.
+    """
+
+    http: object
+    authenticate: Callable[[str | None], str | None]  # bearer token -> user id, or None
+    history: Callable[[ConversationRef, str], Awaitable[list[HistoryItem]]]  # (conversation, identity)

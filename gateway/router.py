@@ -1,0 +1,196 @@
+"""The message path after an adapter: dedupe, identity, commands, one turn at a time per session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from gateway import commands
+from gateway.config import Config
+from gateway.delivery import Delivery, reply_key
+from gateway.events import ConversationKind, ConversationRef, MessageReceived, event_from_payload, event_to_payload
+from gateway.logs import event
+from gateway.metrics import Metrics
+from gateway.ports import Adapter, DeliveryError, SessionBusy
+from gateway.tools import ToolContext
+from gateway.turn import TurnEngine, build_messages
+from memory.identities import User
+from memory.sessions import Message
+from memory.storage import Storage
+
+log = logging.getLogger("clawgate.router")
+
+MAX_ATTEMPTS = 3
+APOLOGY = "Sorry, I could not process your message because of an internal error. Please send it again."
+
+
+@dataclass(slots=True)
+class _Slot:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class Router:
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        engine: TurnEngine,
+        delivery: Delivery,
+        adapters: dict[str, Adapter],
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.engine = engine
+        self.delivery = delivery
+        self.adapters = adapters
+        self.metrics = metrics
+        self._slots: dict[str, _Slot] = {}
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def session_key_for(self, ref: ConversationRef, user: User) -> str:
+        if ref.kind == ConversationKind.DM and self.config.session.dm_scope == "per_user":
+            return f"user:dm:{user.id}" + (f":{ref.thread_id}" if ref.thread_id else "")
+        return ref.session_key
+
+    @asynccontextmanager
+    async def session_slot(self, key: str) -> AsyncIterator[None]:
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = _Slot()
+        if slot.users >= self.config.session.max_pending_per_session:
+            raise SessionBusy(key)
+        slot.users += 1
+        self.metrics.queue_depth.inc()
+        try:
+            async with slot.lock:
+                self.metrics.queue_depth.dec()
+                try:
+                    yield
+                finally:
+                    self.metrics.queue_depth.inc()
+        finally:
+            self.metrics.queue_depth.dec()
+            slot.users -= 1
+            if slot.users == 0:
+                del self._slots[key]
+
+    def busy(self, ev: MessageReceived) -> bool:
+        slot = self._slots.get(ev.ref.session_key)
+        return slot is not None and slot.users >= self.config.session.max_pending_per_session
+
+    async def handle(self, ev: MessageReceived) -> None:
+        """The adapters' sink. Returns when the reply is delivered (or the event was a duplicate)."""
+        adapter = self.adapters[ev.ref.channel]
+        if self.busy(ev):
+            self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
+            raise SessionBusy(ev.ref.session_key)
+        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key,
+                                                 event_to_payload(ev)):
+            self.metrics.duplicates.labels(ev.ref.channel).inc()
+            event(log, "inbound_duplicate", channel=ev.ref.channel, event_id=ev.event_id)
+            return
+        await self._process(ev, adapter)
+
+    async def _process(self, ev: MessageReceived, adapter: Adapter) -> None:
+        started = time.perf_counter()
+        user = await self.storage.identities.resolve(ev.sender.identity, ev.sender.display_name)
+        agent = self.config.agent(None)
+        assert agent is not None
+        key = self.session_key_for(ev.ref, user)
+        parsed = commands.parse(ev.text)
+        outcome = "ok"
+        async with self.session_slot(key):
+            if parsed is not None:
+                ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage)
+                text = await commands.dispatch(ctx, *parsed)
+                ref = await self._notice(adapter, ev, text)
+                await self.storage.journal.finish(ev.event_id, sent=(reply_key(ev.event_id), ref))
+                outcome = "command"
+            else:
+                outcome = await self._turn(ev, adapter, user, key)
+        self.metrics.turns.labels(ev.ref.channel, outcome).inc()
+        self.metrics.turn_latency.labels(ev.ref.channel).observe(time.perf_counter() - started)
+        event(log, "turn_completed", channel=ev.ref.channel, session=key, event_id=ev.event_id, outcome=outcome,
+              ms=(time.perf_counter() - started) * 1000)
+
+    async def _notice(self, adapter: Adapter, ev: MessageReceived, text: str) -> str | None:
+        try:
+            ref = await self.delivery.notice(adapter, ev.ref, ev.event_id, text)
+        except DeliveryError:
+            return None
+        return ref.message_id if ref else None
+
+    async def _turn(self, ev: MessageReceived, adapter: Adapter, user: User, key: str) -> str:
+        agent = self.config.agent(None)
+        assert agent is not None
+        state = await self.storage.sessions.active(key, agent.name, user.id)
+        user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
+        prompt = build_messages(agent, list(state.recent), [user_msg])
+        ctx = ToolContext(user_id=user.id, session_key=key, timezone=self.config.timezone)
+        outcome = "ok"
+        message_id: str | None = None
+        try:
+            async with adapter.typing(ev.ref):
+                delivered = await self.delivery.stream(adapter, ev.ref, ev.event_id,
+                                                       self.engine.run(agent, prompt, ctx))
+            result = delivered.result
+            message_id = delivered.ref.message_id if delivered.ref else None
+            if result.error is not None:
+                outcome = "llm_error"
+        except DeliveryError:
+            # The model answered but the platform refused the reply; keep the answer in the session.
+            outcome = "delivery_error"
+            result = None
+        produced = result.produced if result is not None else []
+        await self.storage.sessions.append(
+            state,
+            [user_msg, *produced],
+            finish_event=ev.event_id,
+            sent=(reply_key(ev.event_id), message_id) if message_id else None,
+        )
+        return outcome
+
+    async def resume_unfinished(self) -> int:
+        """Answer events a crash left unfinished: finish recorded replies, re-run the rest."""
+        pending = await self.storage.journal.unfinished()
+        for p in pending:
+            adapter = self.adapters.get(p.channel)
+            if adapter is None:
+                event(log, "resume_channel_missing", logging.WARNING, channel=p.channel, event_id=p.event_id)
+                continue
+            ev = event_from_payload(p.payload)
+            event(log, "resume_event", channel=p.channel, event_id=p.event_id, attempts=p.attempts)
+            await self.storage.journal.bump_attempts(p.event_id)
+            if p.attempts >= MAX_ATTEMPTS:
+                ref = await self._notice(adapter, ev, APOLOGY)
+                await self.storage.journal.finish(p.event_id, "failed", sent=(reply_key(p.event_id), ref))
+                continue
+            recorded = await self.storage.sessions.reply_for_event(p.event_id)
+            if recorded is not None:
+                ref = await self._notice(adapter, ev, recorded.content)
+                await self.storage.journal.finish(p.event_id, sent=(reply_key(p.event_id), ref))
+                continue
+            self.spawn(self._process(ev, adapter))
+        return len(pending)
+
+    def spawn(self, coro: object) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._inflight.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            event(log, "turn_crashed", logging.ERROR, error=type(exc).__name__, detail=str(exc)[:200])
+
+    async def drain(self, timeout: float) -> None:
+        if self._inflight:
+            await asyncio.wait(self._inflight, timeout=timeout)

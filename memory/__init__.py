@@ -1,0 +1,1 @@
+"""Everything remembered: storage, sessions, identities, inbound event journal, (later) long-term memory."""

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from collections.abc import AsyncIterator, Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import aiohttp  # noqa: E402
+import pytest  # noqa: E402
+
+from gateway.app import Gateway  # noqa: E402
+from gateway.config import Config  # noqa: E402
+from gateway.config_load import parse_config  # noqa: E402
+from tests.fakes.llm import FakeLLM  # noqa: E402
+
+ALICE_TOKEN = "alice-token-0123456789"
+BOB_TOKEN = "bob-token-0123456789ab"
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    fake = await FakeLLM().start()
+    yield fake
+    await fake.stop()
+
+
+def make_config(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> Config:
+    data: dict[str, Any] = {
+        "ai": {
+            "model": "openai/fake-model",
+            "api_base": fake.api_base if fake else "http://127.0.0.1:9/v1",
+            "api_key": "sk-test-not-a-real-key-000000",
+            "retries": 1,
+            "retry_backoff_seconds": 0.01,
+            "timeout_seconds": 5,
+        },
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "channels": {"web": {"host": "127.0.0.1", "port": 0}},
+        "users": {
+            "alice": {"roles": ["user"], "tokens": [ALICE_TOKEN], "identities": ["telegram:1"]},
+            "bob": {"roles": ["user"], "tokens": [BOB_TOKEN]},
+            "root": {"roles": ["admin"], "tokens": ["root-token-0123456789"]},
+        },
+    }
+    for dotted, value in overrides.items():
+        node = data
+        *parents, last = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return parse_config(data, "test-config", env={})
+
+
+@pytest.fixture
+def gateway_factory(tmp_path: Path) -> Any:
+    started: list[Gateway] = []
+
+    async def factory(fake: FakeLLM | None, **overrides: Any) -> Gateway:
+        gw = Gateway(make_config(tmp_path, fake, **overrides))
+        await gw.start()
+        await gw.llm.ready()
+        started.append(gw)
+        return gw
+
+    yield factory
+
+
+@pytest.fixture
+async def gateway(gateway_factory: Callable[..., Any], fake_llm: FakeLLM) -> AsyncIterator[Gateway]:
+    gw = await gateway_factory(fake_llm)
+    yield gw
+    await gw.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def auth(token: str = ALICE_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

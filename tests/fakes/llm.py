@@ -1,0 +1,190 @@
+"""A local OpenAI-compatible server for tests: JSON and SSE replies, tool calls, injected errors
+and hangs, a journal of every request, and event-driven waits (no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    text: str
+    chunks: int = 3  # how many SSE pieces the text is cut into when streaming
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    call_id: str = "call_1"
+
+
+@dataclass
+class Fail:
+    status: int
+    message: str = "injected failure"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Hang:
+    """Never answer (until the fake stops): the client's timeout must fire."""
+
+
+@dataclass
+class BreakStream:
+    """Send some text, then cut the connection mid-stream."""
+
+    text: str = "partial "
+
+
+Behavior = Reply | ToolCall | Fail | Hang | BreakStream
+
+
+def echo(request: dict[str, Any]) -> Behavior:
+    last = next((m for m in reversed(request.get("messages", [])) if m.get("role") == "user"), None)
+    content = last.get("content") if last else ""
+    return Reply(f"echo: {content}")
+
+
+class FakeLLM:
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self._scripts: dict[str | None, deque[Behavior]] = {}
+        self.default: Callable[[dict[str, Any]], Behavior] = echo
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self._stop = asyncio.Event()
+        self.url = ""
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.url}/v1"
+
+    def script(self, *behaviors: Behavior, model: str | None = None) -> None:
+        """Queue behaviors for the next requests (for one model name, or any)."""
+        self._scripts.setdefault(model, deque()).extend(behaviors)
+
+    async def start(self) -> FakeLLM:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 10) -> None:
+        async with asyncio.timeout(timeout):
+            async with self._changed:
+                await self._changed.wait_for(lambda: predicate(self.requests))
+
+    async def wait_requests(self, n: int, timeout: float = 10) -> None:
+        await self.wait_for(lambda reqs: len(reqs) >= n, timeout)
+
+    def _next(self, body: dict[str, Any]) -> Behavior:
+        model = str(body.get("model", ""))
+        for key in (model, None):
+            queue = self._scripts.get(key)
+            if queue:
+                return queue.popleft()
+        return self.default(body)
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        body["_headers"] = dict(request.headers)
+        async with self._changed:
+            self.requests.append(body)
+            self._changed.notify_all()
+        behavior = self._next(body)
+        if isinstance(behavior, Fail):
+            return web.json_response(
+                {"error": {"message": behavior.message, "type": "fake_error", "code": str(behavior.status)}},
+                status=behavior.status,
+                headers=behavior.headers,
+            )
+        if isinstance(behavior, Hang):
+            await self._stop.wait()
+            return web.Response(status=503)
+        model = body.get("model", "fake-model")
+        if not body.get("stream"):
+            return web.json_response(self._json(model, behavior))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for chunk in self._chunks(model, behavior):
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if isinstance(behavior, BreakStream):
+            assert request.transport is not None
+            request.transport.close()
+            return resp
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    @staticmethod
+    def _json(model: str, b: Behavior) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        finish = "stop"
+        if isinstance(b, ToolCall):
+            message["tool_calls"] = [{"id": b.call_id, "type": "function",
+                                      "function": {"name": b.name, "arguments": json.dumps(b.arguments)}}]
+            finish = "tool_calls"
+        else:
+            message["content"] = b.text
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+    @staticmethod
+    def _chunks(model: str, b: Behavior) -> list[dict[str, Any]]:
+        cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        if isinstance(b, ToolCall):
+            args = json.dumps(b.arguments)
+            half = len(args) // 2
+            out.append(chunk({"tool_calls": [{"index": 0, "id": b.call_id, "type": "function",
+                                              "function": {"name": b.name, "arguments": args[:half]}}]}))
+            out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}))
+            out.append(chunk({}, "tool_calls"))
+            return out
+        if isinstance(b, BreakStream):
+            out.append(chunk({"content": b.text}))
+            return out
+        assert isinstance(b, Reply)
+        n = max(1, min(b.chunks, len(b.text) or 1))
+        size = -(-len(b.text) // n) if b.text else 0
+        for i in range(n):
+            piece = b.text[i * size:(i + 1) * size]
+            if piece:
+                out.append(chunk({"content": piece}))
+        out.append(chunk({}, "stop"))
+        out.append({"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                    "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        return out
