@@ -22,6 +22,7 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || sh scripts/install-chromium.sh
 
 test: setup browser
+	$(VENV)/bin/ruff check gateway channels memory tests benchmarks
 	$(PY) -m pytest
 
 lint: setup

@@ -49,6 +49,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._sites: list[web.TCPSite] = []
         self._ready = False
+        self._stopped = False
         self._stopping = asyncio.Event()
         self.started_at = time.time()
 
@@ -83,8 +84,7 @@ class Gateway:
                 self.adapters[name] = channels.create(name, ch_cfg, services)
 
         engine = TurnEngine(self.config, self.llm, ToolRegistry())
-        self.router = Router(self.config, storage, engine, Delivery(storage.journal), self.adapters,
-                             self.metrics)
+        self.router = Router(self.config, storage, engine, Delivery(storage.journal), self.adapters, self.metrics)
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
 
@@ -106,6 +106,9 @@ class Gateway:
             event(log, "gateway_resumed_events", count=resumed)
 
     async def stop(self, deadline: float = 10.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         self._ready = False
         if self.router is not None:
             await self.router.drain(deadline)

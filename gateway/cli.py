@@ -15,8 +15,9 @@ from gateway.config_load import ConfigError, default_config_path, load_config
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clawgate", description="Self-hosted AI chat gateway with trustworthy memory.")
     p.add_argument("--version", action="version", version=f"clawgate {__version__}")
-    p.add_argument("--config", type=Path, default=None,
-                   help="path to config.yaml (default: $CLAWGATE_CONFIG or ./config.yaml)")
+    p.add_argument(
+        "--config", type=Path, default=None, help="path to config.yaml (default: $CLAWGATE_CONFIG or ./config.yaml)"
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("run", help="start the gateway")
     cfg = sub.add_parser("config", help="configuration tools")

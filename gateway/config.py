@@ -48,8 +48,7 @@ class AgentConfig(_Strict):
 
 
 DEFAULT_INSTRUCTIONS = (
-    "You are clawgate, a helpful assistant reached through a chat gateway. "
-    "Answer clearly and concisely."
+    "You are clawgate, a helpful assistant reached through a chat gateway. Answer clearly and concisely."
 )
 
 
@@ -98,7 +97,7 @@ PLATFORM_TYPES = ("web",)
 class UserConfig(_Strict):
     roles: list[Role] = Field(default_factory=lambda: ["user"])
     identities: list[str] = Field(default_factory=list)
-    tokens: list[SecretStr] = Field(default_factory=list)
+    tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(default_factory=list)
 
     @field_validator("identities")
     @classmethod
@@ -107,14 +106,6 @@ class UserConfig(_Strict):
             platform, sep, rest = ident.partition(":")
             if not sep or not platform or not rest:
                 raise ValueError(f"identity {ident!r} must look like '<platform>:<id>', e.g. 'telegram:123'")
-        return value
-
-    @field_validator("tokens")
-    @classmethod
-    def _token_strength(cls, value: list[SecretStr]) -> list[SecretStr]:
-        for tok in value:
-            if len(tok.get_secret_value()) < 16:
-                raise ValueError("each token must be at least 16 characters")
         return value
 
 

@@ -101,8 +101,14 @@ class Delivery:
             except DeliveryError as exc:
                 # A send that may have gone through is never retried: a duplicate is worse than a gap.
                 if exc.maybe_delivered or not exc.retryable or attempt == self._send_retries:
-                    event(log, "delivery_failed", logging.ERROR, channel=adapter.name,
-                          idempotency_key=msg.idempotency_key, error=str(exc))
+                    event(
+                        log,
+                        "delivery_failed",
+                        logging.ERROR,
+                        channel=adapter.name,
+                        idempotency_key=msg.idempotency_key,
+                        error=str(exc),
+                    )
                     raise
                 await asyncio.sleep(exc.retry_after if exc.retry_after is not None else 0.5 * 2**attempt)
         raise AssertionError("unreachable")

@@ -104,10 +104,26 @@ class Completion:
 LLMEvent = TextDelta | Restart | Completion
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain and len(chain) < 10:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
 def classify(exc: BaseException) -> tuple[str, int | None]:
     """Map a litellm/openai exception (by type) to a stable kind and HTTP status."""
     import litellm
+    import openai
 
+    # litellm reports a refused connection as InternalServerError(500): look at what caused it.
+    for cause in _causes(exc)[1:]:
+        if isinstance(cause, openai.APITimeoutError):
+            return "timeout", None
+        if isinstance(cause, openai.APIConnectionError):
+            return "connection", None
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
     ordered: list[tuple[type[BaseException], str]] = [

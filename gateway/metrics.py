@@ -13,19 +13,24 @@ class Metrics:
         r = self.registry
         self.turns = Counter("clawgate_turns", "Turns handled", ["channel", "outcome"], registry=r)
         self.turn_latency = Histogram(
-            "clawgate_turn_seconds", "Inbound message to final reply", ["channel"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "clawgate_turn_seconds",
+            "Inbound message to final reply",
+            ["channel"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
-        self.llm_calls = Counter("clawgate_llm_calls", "LLM calls by model and outcome",
-                                 ["model", "outcome"], registry=r)
+        self.llm_calls = Counter(
+            "clawgate_llm_calls", "LLM calls by model and outcome", ["model", "outcome"], registry=r
+        )
         self.llm_errors = Counter("clawgate_llm_errors", "LLM call failures by kind", ["kind"], registry=r)
-        self.llm_latency = Histogram("clawgate_llm_seconds", "LLM call duration", ["model"],
-                                     buckets=_LATENCY_BUCKETS, registry=r)
-        self.duplicates = Counter("clawgate_inbound_duplicates", "Redelivered events ignored",
-                                  ["channel"], registry=r)
+        self.llm_latency = Histogram(
+            "clawgate_llm_seconds", "LLM call duration", ["model"], buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.duplicates = Counter("clawgate_inbound_duplicates", "Redelivered events ignored", ["channel"], registry=r)
         self.queue_depth = Gauge("clawgate_session_queue_depth", "Turns waiting across sessions", registry=r)
-        self.rejected = Counter("clawgate_inbound_rejected", "Inbound messages refused", ["channel", "reason"],
-                                registry=r)
+        self.rejected = Counter(
+            "clawgate_inbound_rejected", "Inbound messages refused", ["channel", "reason"], registry=r
+        )
 
     def llm_call(self, model: str, outcome: str, seconds: float) -> None:
         self.llm_calls.labels(model, outcome).inc()

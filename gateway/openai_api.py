@@ -50,8 +50,16 @@ def _content(value: Any) -> str:
 
 
 class OpenAIApi:
-    def __init__(self, config: Config, storage: Storage, engine: TurnEngine, router: Router, metrics: Metrics,
-                 authenticate: Any, max_bytes: int) -> None:
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        engine: TurnEngine,
+        router: Router,
+        metrics: Metrics,
+        authenticate: Any,
+        max_bytes: int,
+    ) -> None:
         self.config = config
         self.storage = storage
         self.engine = engine
@@ -75,8 +83,10 @@ class OpenAIApi:
         self._user(request)
         created = int(time.time())
         data = [{"id": "default", "object": "model", "created": created, "owned_by": "clawgate"}]
-        data += [{"id": a.name, "object": "model", "created": created, "owned_by": "clawgate"}
-                 for a in self.config.agents.list]
+        data += [
+            {"id": a.name, "object": "model", "created": created, "owned_by": "clawgate"}
+            for a in self.config.agents.list
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -99,8 +109,9 @@ class OpenAIApi:
         out = []
         for i, m in enumerate(raw):
             if not isinstance(m, dict) or m.get("role") not in _ROLES | {"tool"}:
-                raise _error(400, f"messages[{i}] needs a role of system, user, assistant or developer",
-                             "invalid_request_error")
+                raise _error(
+                    400, f"messages[{i}] needs a role of system, user, assistant or developer", "invalid_request_error"
+                )
             if m["role"] == "tool":
                 continue  # client-side tool results belong to the client's tools, not ours
             try:
@@ -117,8 +128,12 @@ class OpenAIApi:
         model_name = body.get("model") or "default"
         agent = self.config.agent(model_name) if isinstance(model_name, str) else None
         if agent is None:
-            raise _error(404, f"model {model_name!r} does not exist; GET /v1/models lists the agents",
-                         "invalid_request_error", "model_not_found")
+            raise _error(
+                404,
+                f"model {model_name!r} does not exist; GET /v1/models lists the agents",
+                "invalid_request_error",
+                "model_not_found",
+            )
         msgs = self._parse_messages(body.get("messages"))
         if sum(len(m.content.encode()) for m in msgs) > self.max_bytes:
             raise _error(413, f"messages too large: the limit is {self.max_bytes} bytes", "invalid_request_error")
@@ -141,8 +156,16 @@ class OpenAIApi:
         self.metrics.turn_latency.labels("api").observe(time.perf_counter() - started)
         return response
 
-    async def _kept_session(self, request: web.Request, agent: AgentConfig, user_id: str, key: str,
-                            msgs: list[Message], stream: bool, model_name: str) -> web.StreamResponse:
+    async def _kept_session(
+        self,
+        request: web.Request,
+        agent: AgentConfig,
+        user_id: str,
+        key: str,
+        msgs: list[Message],
+        stream: bool,
+        model_name: str,
+    ) -> web.StreamResponse:
         newest = next((m for m in reversed(msgs) if m.role == "user"), None)
         if newest is None:
             raise _error(400, "no user message to answer", "invalid_request_error")
@@ -154,9 +177,16 @@ class OpenAIApi:
             await self.storage.sessions.append(state, [user_msg, *result.produced])
         return response
 
-    async def _respond(self, request: web.Request, agent: AgentConfig, user_id: str, key: str,
-                       prompt: list[dict[str, Any]], stream: bool, model_name: str
-                       ) -> tuple[web.StreamResponse, TurnResult | None]:
+    async def _respond(
+        self,
+        request: web.Request,
+        agent: AgentConfig,
+        user_id: str,
+        key: str,
+        prompt: list[dict[str, Any]],
+        stream: bool,
+        model_name: str,
+    ) -> tuple[web.StreamResponse, TurnResult | None]:
         ctx = ToolContext(user_id=user_id, session_key=key, timezone=self.config.timezone)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -197,8 +227,7 @@ class OpenAIApi:
             resp = await open_stream()
             await _sse(resp, _chunk(cid, created, model_name, {"content": result.text}, None))
         elif result.error is not None:
-            await _sse(resp, {"error": {"message": result.text, "type": "upstream_error",
-                                        "code": result.error.kind}})
+            await _sse(resp, {"error": {"message": result.text, "type": "upstream_error", "code": result.error.kind}})
         await _sse(resp, _chunk(cid, created, model_name, {}, "stop"))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -208,8 +237,9 @@ class OpenAIApi:
         self.metrics.turns.labels("api", "ok" if result.error is None else "llm_error").inc()
 
     @staticmethod
-    def _completion(cid: str, created: int, model: str, prompt: list[dict[str, Any]],
-                    result: TurnResult) -> dict[str, Any]:
+    def _completion(
+        cid: str, created: int, model: str, prompt: list[dict[str, Any]], result: TurnResult
+    ) -> dict[str, Any]:
         prompt_tokens = sum(estimate_tokens(str(m.get("content") or "")) for m in prompt)
         completion_tokens = estimate_tokens(result.text)
         return {
@@ -217,16 +247,30 @@ class OpenAIApi:
             "object": "chat.completion",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                         "finish_reason": "stop", "logprobs": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": result.text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
 
 def _chunk(cid: str, created: int, model: str, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-    return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
 
 
 async def _sse(resp: web.StreamResponse, payload: dict[str, Any]) -> None:

@@ -90,8 +90,7 @@ class Router:
         if self.busy(ev):
             self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
             raise SessionBusy(ev.ref.session_key)
-        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key,
-                                                 event_to_payload(ev)):
+        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key, event_to_payload(ev)):
             self.metrics.duplicates.labels(ev.ref.channel).inc()
             event(log, "inbound_duplicate", channel=ev.ref.channel, event_id=ev.event_id)
             return
@@ -116,8 +115,15 @@ class Router:
                 outcome = await self._turn(ev, adapter, user, key)
         self.metrics.turns.labels(ev.ref.channel, outcome).inc()
         self.metrics.turn_latency.labels(ev.ref.channel).observe(time.perf_counter() - started)
-        event(log, "turn_completed", channel=ev.ref.channel, session=key, event_id=ev.event_id, outcome=outcome,
-              ms=(time.perf_counter() - started) * 1000)
+        event(
+            log,
+            "turn_completed",
+            channel=ev.ref.channel,
+            session=key,
+            event_id=ev.event_id,
+            outcome=outcome,
+            ms=(time.perf_counter() - started) * 1000,
+        )
 
     async def _notice(self, adapter: Adapter, ev: MessageReceived, text: str) -> str | None:
         try:
@@ -137,8 +143,9 @@ class Router:
         message_id: str | None = None
         try:
             async with adapter.typing(ev.ref):
-                delivered = await self.delivery.stream(adapter, ev.ref, ev.event_id,
-                                                       self.engine.run(agent, prompt, ctx))
+                delivered = await self.delivery.stream(
+                    adapter, ev.ref, ev.event_id, self.engine.run(agent, prompt, ctx)
+                )
             result = delivered.result
             message_id = delivered.ref.message_id if delivered.ref else None
             if result.error is not None:

@@ -98,8 +98,14 @@ class TurnEngine:
                     else:
                         yield ev
             except LLMError as err:
-                event(log, "turn_llm_failed", logging.ERROR, session=ctx.session_key, kind=err.kind,
-                      models=",".join(a.model for a in err.attempts))
+                event(
+                    log,
+                    "turn_llm_failed",
+                    logging.ERROR,
+                    session=ctx.session_key,
+                    kind=err.kind,
+                    models=",".join(a.model for a in err.attempts),
+                )
                 text = err.user_message()
                 yield TurnResult(text, [*produced, _notice(text)], None, err)
                 return
@@ -127,4 +133,3 @@ class TurnEngine:
 
 def _notice(text: str) -> Message:
     return Message(role="assistant", content=text, author=NOTICE_AUTHOR)
-

@@ -51,13 +51,9 @@ class IdentityStore:
                         await conn.execute(select(identities.c.user_id).where(identities.c.identity == ident))
                     ).scalar()
                     if owner is None:
-                        await conn.execute(
-                            insert(identities).values(identity=ident, user_id=uid, created_at=now)
-                        )
+                        await conn.execute(insert(identities).values(identity=ident, user_id=uid, created_at=now))
                     elif owner != uid:
-                        await conn.execute(
-                            update(identities).where(identities.c.identity == ident).values(user_id=uid)
-                        )
+                        await conn.execute(update(identities).where(identities.c.identity == ident).values(user_id=uid))
         self._by_identity.clear()
         self._users.clear()
 

@@ -44,9 +44,7 @@ class Journal:
             return False
         return True
 
-    async def finish(
-        self, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None
-    ) -> None:
+    async def finish(self, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(inbound_events)
@@ -84,9 +82,7 @@ class Journal:
         try:
             async with self._engine.begin() as conn:
                 await conn.execute(
-                    insert(outbound).values(
-                        idempotency_key=key, channel=channel, status="sending", created_at=utcnow()
-                    )
+                    insert(outbound).values(idempotency_key=key, channel=channel, status="sending", created_at=utcnow())
                 )
         except IntegrityError:
             async with self._engine.connect() as conn:
@@ -101,8 +97,6 @@ class Journal:
 
         async with self._engine.connect() as conn:
             rows = (
-                await conn.execute(
-                    select(inbound_events.c.status, func.count()).group_by(inbound_events.c.status)
-                )
+                await conn.execute(select(inbound_events.c.status, func.count()).group_by(inbound_events.c.status))
             ).all()
         return {str(s): int(n) for s, n in rows}

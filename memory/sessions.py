@@ -182,9 +182,7 @@ class SessionStore:
         """End the active session of `key` and start a fresh one (/new, /reset)."""
         async with self._engine.begin() as conn:
             await conn.execute(
-                update(sessions)
-                .where(sessions.c.key == key, sessions.c.ended_at.is_(None))
-                .values(ended_at=utcnow())
+                update(sessions).where(sessions.c.key == key, sessions.c.ended_at.is_(None)).values(ended_at=utcnow())
             )
             state = await self._create(conn, key, agent, user_id)
         self._active[key] = state

@@ -4,17 +4,17 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import AsyncIterator, Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
 
-import aiohttp  # noqa: E402
-import pytest  # noqa: E402
+import aiohttp
+import pytest
 
-from gateway.app import Gateway  # noqa: E402
-from gateway.config import Config  # noqa: E402
-from gateway.config_load import parse_config  # noqa: E402
-from tests.fakes.llm import FakeLLM  # noqa: E402
+from gateway.app import Gateway
+from gateway.config import Config
+from gateway.config_load import parse_config
+from tests.fakes.llm import FakeLLM
 
 ALICE_TOKEN = "alice-token-0123456789"
 BOB_TOKEN = "bob-token-0123456789ab"
@@ -55,7 +55,7 @@ def make_config(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> Confi
 
 
 @pytest.fixture
-def gateway_factory(tmp_path: Path) -> Any:
+async def gateway_factory(tmp_path: Path) -> AsyncIterator[Any]:
     started: list[Gateway] = []
 
     async def factory(fake: FakeLLM | None, **overrides: Any) -> Gateway:
@@ -66,6 +66,8 @@ def gateway_factory(tmp_path: Path) -> Any:
         return gw
 
     yield factory
+    for gw in started:
+        await gw.stop()
 
 
 @pytest.fixture

@@ -83,6 +83,7 @@ class WebAdapter:
         app = services.http
         assert isinstance(app, web.Application)
         app.router.add_get("/", self._index)
+        app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_get("/ws", self._ws)
         app.router.add_post("/api/v1/messages", self._post_message)
         app.router.add_get("/api/v1/messages", self._get_messages)
@@ -153,9 +154,7 @@ class WebAdapter:
     def _local_visitor(self, request: web.Request) -> bool:
         peer = request.remote or ""
         return (
-            self.config.allow_local_anonymous
-            and self.config.is_loopback
-            and peer in ("127.0.0.1", "::1", "localhost")
+            self.config.allow_local_anonymous and self.config.is_loopback and peer in ("127.0.0.1", "::1", "localhost")
         )
 
     def _event(self, user_id: str, conv: str | None, text: str, event_id: str | None) -> MessageReceived:
@@ -184,12 +183,18 @@ class WebAdapter:
     # -- HTTP handlers ---------------------------------------------------------------------------
 
     async def _index(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC / "index.html", headers={
-            "Cache-Control": "no-cache",
-            "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
-                                       "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'",
-            "X-Content-Type-Options": "nosniff",
-        })
+        return web.FileResponse(
+            STATIC / "index.html",
+            headers={
+                "Cache-Control": "no-cache",
+                "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
+                "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'",
+                "X-Content-Type-Options": "nosniff",
+            },
+        )
+
+    async def _favicon(self, request: web.Request) -> web.Response:
+        return web.Response(status=204, headers={"Cache-Control": "max-age=86400"})
 
     async def _read_json(self, request: web.Request) -> dict[str, Any]:
         limit = self.config.max_message_bytes + 4096
@@ -279,8 +284,9 @@ class WebAdapter:
                     if user_id is None and token is None and self._local_visitor(request):
                         user_id = self.config.local_user
                     if user_id is None:
-                        await ws.send_json({"type": "error", "error": "unauthorized: a valid token is required",
-                                            "fatal": True})
+                        await ws.send_json(
+                            {"type": "error", "error": "unauthorized: a valid token is required", "fatal": True}
+                        )
                         break
                     try:
                         conv = valid_conversation(frame.get("conversation"))
@@ -293,8 +299,14 @@ class WebAdapter:
                     key = ref.session_key
                     self._sockets.add(key, ws)
                     history = await self.services.history(ref, f"web:{user_id}")
-                    await ws.send_json({"type": "ready", "user": user_id, "conversation": conv,
-                                        "history": [{"role": i.role, "text": i.text} for i in history]})
+                    await ws.send_json(
+                        {
+                            "type": "ready",
+                            "user": user_id,
+                            "conversation": conv,
+                            "history": [{"role": i.role, "text": i.text} for i in history],
+                        }
+                    )
                 elif kind == "message":
                     if user_id is None:
                         await ws.send_json({"type": "error", "error": "say hello first"})
@@ -342,16 +354,21 @@ def _allowed_origins(request: web.Request) -> set[str]:
 
 
 def _json_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.HTTPException:
-    cls = {400: web.HTTPBadRequest, 401: web.HTTPUnauthorized, 409: web.HTTPConflict,
-           413: web.HTTPRequestEntityTooLarge, 429: web.HTTPTooManyRequests,
-           503: web.HTTPServiceUnavailable}[status]
+    cls = {
+        400: web.HTTPBadRequest,
+        401: web.HTTPUnauthorized,
+        409: web.HTTPConflict,
+        413: web.HTTPRequestEntityTooLarge,
+        429: web.HTTPTooManyRequests,
+        503: web.HTTPServiceUnavailable,
+    }[status]
     body = json.dumps({"error": message})
     if cls is web.HTTPRequestEntityTooLarge:
-        return web.HTTPRequestEntityTooLarge(max_size=0, actual_size=0, text=body,
-                                             content_type="application/json", headers=headers)
+        return web.HTTPRequestEntityTooLarge(
+            max_size=0, actual_size=0, text=body, content_type="application/json", headers=headers
+        )
     return cls(text=body, content_type="application/json", headers=headers)
 
 
 def create(name: str, config: WebChannelConfig, services: ChannelServices) -> WebAdapter:
     return WebAdapter(name, config, services)
-

@@ -41,13 +41,20 @@ class Hang:
 
 
 @dataclass
+class Gate:
+    """Hold the request until the test calls `fake.release()`, then answer with `then`."""
+
+    then: Reply = field(default_factory=lambda: Reply("released"))
+
+
+@dataclass
 class BreakStream:
     """Send some text, then cut the connection mid-stream."""
 
     text: str = "partial "
 
 
-Behavior = Reply | ToolCall | Fail | Hang | BreakStream
+Behavior = Reply | ToolCall | Fail | Hang | Gate | BreakStream
 
 
 def echo(request: dict[str, Any]) -> Behavior:
@@ -64,6 +71,9 @@ class FakeLLM:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
+        self._gate = asyncio.Event()
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.url = ""
 
     @property
@@ -86,8 +96,13 @@ class FakeLLM:
         self.url = f"http://127.0.0.1:{port}"
         return self
 
+    def release(self) -> None:
+        """Let every request held by a Gate answer (and later Gates pass at once)."""
+        self._gate.set()
+
     async def stop(self) -> None:
         self._stop.set()
+        self._gate.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -117,6 +132,17 @@ class FakeLLM:
             self.requests.append(body)
             self._changed.notify_all()
         behavior = self._next(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request, body, behavior)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], behavior: Behavior) -> web.StreamResponse:
+        if isinstance(behavior, Gate):
+            await self._gate.wait()
+            behavior = behavior.then
         if isinstance(behavior, Fail):
             return web.json_response(
                 {"error": {"message": behavior.message, "type": "fake_error", "code": str(behavior.status)}},
@@ -146,14 +172,22 @@ class FakeLLM:
         message: dict[str, Any] = {"role": "assistant", "content": None}
         finish = "stop"
         if isinstance(b, ToolCall):
-            message["tool_calls"] = [{"id": b.call_id, "type": "function",
-                                      "function": {"name": b.name, "arguments": json.dumps(b.arguments)}}]
+            message["tool_calls"] = [
+                {
+                    "id": b.call_id,
+                    "type": "function",
+                    "function": {"name": b.name, "arguments": json.dumps(b.arguments)},
+                }
+            ]
             finish = "tool_calls"
         else:
             message["content"] = b.text
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
 
@@ -162,15 +196,32 @@ class FakeLLM:
         cid = f"chatcmpl-{uuid.uuid4().hex[:12]}"
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
 
         out = [chunk({"role": "assistant", "content": ""})]
         if isinstance(b, ToolCall):
             args = json.dumps(b.arguments)
             half = len(args) // 2
-            out.append(chunk({"tool_calls": [{"index": 0, "id": b.call_id, "type": "function",
-                                              "function": {"name": b.name, "arguments": args[:half]}}]}))
+            out.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": b.call_id,
+                                "type": "function",
+                                "function": {"name": b.name, "arguments": args[:half]},
+                            }
+                        ]
+                    }
+                )
+            )
             out.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[half:]}}]}))
             out.append(chunk({}, "tool_calls"))
             return out
@@ -181,10 +232,18 @@ class FakeLLM:
         n = max(1, min(b.chunks, len(b.text) or 1))
         size = -(-len(b.text) // n) if b.text else 0
         for i in range(n):
-            piece = b.text[i * size:(i + 1) * size]
+            piece = b.text[i * size : (i + 1) * size]
             if piece:
                 out.append(chunk({"content": piece}))
         out.append(chunk({}, "stop"))
-        out.append({"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-                    "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        out.append(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
         return out

@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import aiohttp
+
+from gateway.app import Gateway
+from tests.conftest import ALICE_TOKEN, BOB_TOKEN, auth
+from tests.fakes.llm import FakeLLM, Reply
+
+
+async def post(
+    http: aiohttp.ClientSession,
+    gw: Gateway,
+    body: object,
+    token: str | None = ALICE_TOKEN,
+    headers: dict[str, str] | None = None,
+) -> aiohttp.ClientResponse:
+    all_headers = {**(auth(token) if token else {}), **(headers or {})}
+    return await http.post(gw.url + "/api/v1/messages", json=body, headers=all_headers)
+
+
+async def test_message_gets_reply_and_history(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:
+    fake_llm.script(Reply("Hi Alice!"))
+    r = await post(http, gateway, {"text": "Hello there"})
+    assert r.status == 200
+    body = await r.json()
+    assert body["reply"] == "Hi Alice!"
+    assert body["session"] == "web:dm:alice"
+    assert body["message_id"]
+    sent = fake_llm.requests[-1]
+    assert sent["model"] == "fake-model"
+    assert sent["messages"][0]["role"] == "system"
+    assert sent["messages"][-1] == {"role": "user", "content": "Hello there"}
+    assert sent["_headers"]["Authorization"] == "Bearer sk-test-not-a-real-key-000000"
+
+    r = await post(http, gateway, {"text": "and again"})
+    second = fake_llm.requests[-1]["messages"]
+    assert [m["content"] for m in second[1:]] == ["Hello there", "Hi Alice!", "and again"]
+
+    hist = await (await http.get(gateway.url + "/api/v1/messages", headers=auth())).json()
+    assert [m["text"] for m in hist["messages"]] == ["Hello there", "Hi Alice!", "and again", "echo: and again"]
+
+
+async def test_conversations_and_users_are_separate(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    await post(http, gateway, {"text": "alice secret plan", "conversation": "work"})
+    r = await post(http, gateway, {"text": "hi from bob"}, token=BOB_TOKEN)
+    assert (await r.json())["session"] == "web:dm:bob"
+    bob_prompt = fake_llm.requests[-1]["messages"]
+    assert all("alice secret plan" not in str(m.get("content")) for m in bob_prompt)
+    r = await post(http, gateway, {"text": "other thread", "conversation": "home"})
+    assert (await r.json())["session"] == "web:dm:alice:home"
+    assert all("alice secret plan" not in str(m.get("content")) for m in fake_llm.requests[-1]["messages"])
+
+
+async def test_auth_is_required(gateway: Gateway, http: aiohttp.ClientSession) -> None:
+    r = await post(http, gateway, {"text": "hi"}, token=None)
+    assert r.status == 401
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+    r = await post(http, gateway, {"text": "hi"}, token="wrong-token-000000000")
+    assert r.status == 401
+    r = await http.get(gateway.url + "/api/v1/messages")
+    assert r.status == 401
+
+
+async def test_bad_input_is_refused_cleanly(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:
+    url = gateway.url + "/api/v1/messages"
+    cases = [
+        (b"{not json", 400, "malformed JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b'{"text": ""}', 400, "non-empty string"),
+        (b'{"text": 42}', 400, "non-empty string"),
+        (b'{"text": "hi", "conversation": "../../etc"}', 400, "conversation"),
+        (b'{"text": "\xff\xfe bad utf8"}', 400, "UTF-8"),
+        (b'{"text": "\\ud800 lone surrogate"}', 400, "surrogates"),
+    ]
+    for raw, status, fragment in cases:
+        r = await http.post(url, data=raw, headers={**auth(), "Content-Type": "application/json"})
+        assert r.status == status, raw
+        assert fragment in (await r.json())["error"], raw
+    big = "x" * (1024 * 1024)
+    r = await post(http, gateway, {"text": big})
+    assert r.status == 413
+    assert "limit" in (await r.json())["error"]
+    assert fake_llm.requests == []
+    r = await post(http, gateway, {"text": "still alive?"})
+    assert r.status == 200
+
+
+async def test_message_limit_is_configurable(
+    gateway_factory,
+    fake_llm: FakeLLM,  # type: ignore[no-untyped-def]
+    http: aiohttp.ClientSession,
+) -> None:
+    gw = await gateway_factory(fake_llm, channels__web__max_message_bytes=100)
+    try:
+        assert (await post(http, gw, {"text": "y" * 101})).status == 413
+        assert (await post(http, gw, {"text": "y" * 100})).status == 200
+    finally:
+        await gw.stop()
+
+
+async def test_idempotency_key_prevents_a_second_turn(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    headers = {"Idempotency-Key": "msg-1"}
+    first = await post(http, gateway, {"text": "only once"}, headers=headers)
+    assert first.status == 200
+    again = await post(http, gateway, {"text": "only once"}, headers=headers)
+    assert again.status == 409
+    assert len(fake_llm.requests) == 1
+
+
+async def test_commands(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:
+    async def say(text: str) -> str:
+        return str((await (await post(http, gateway, {"text": text})).json())["reply"])
+
+    await say("remember this")
+    status = await say("/status")
+    assert "Model: openai/fake-model" in status
+    assert "Messages: 2" in status and "Estimated tokens:" in status
+    who = await say("/whoami")
+    assert "User: alice" in who and "telegram:1" in who and "web:alice" in who and "Roles: user" in who
+    help_text = await say("/help")
+    assert "/new" in help_text and "/whoami" in help_text
+    assert "Started a new conversation" in await say("/new")
+    assert "Messages: 0" in await say("/status")
+    await say("fresh start")
+    assert "remember this" not in str(fake_llm.requests[-1]["messages"])
+    assert "Unknown command /frobnicate" in await say("/frobnicate")
+    assert len(fake_llm.requests) == 2  # commands never reach the model
+
+
+async def test_unknown_sender_becomes_a_user(gateway: Gateway, http: aiohttp.ClientSession) -> None:
+    assert gateway.storage is not None
+    user = await gateway.storage.identities.resolve("telegram:999", "Zed")
+    assert user.roles == ("user",)
+    assert user.id == "telegram-999"
+    again = await gateway.storage.identities.resolve("telegram:999")
+    assert again.id == user.id
+    alice = await gateway.storage.identities.resolve("telegram:1")
+    assert alice.id == "alice"

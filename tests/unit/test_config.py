@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.config_load import ConfigError, load_config, parse_config, secret_values
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def problems(data: object, env: dict[str, str] | None = None) -> dict[str, str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "t", env=env or {})
+    return {p.path: p.render() for p in info.value.problems}
+
+
+def test_defaults_are_usable() -> None:
+    cfg = parse_config({}, env={})
+    assert cfg.agents.list[0].name == "default"
+    assert cfg.channels["web"].host == "127.0.0.1"
+    assert cfg.channels["web"].port == 8080
+    assert cfg.storage.resolved_database_url.endswith("data/clawgate.db")
+
+
+def test_shipped_config_is_valid() -> None:
+    cfg = load_config(REPO / "config.yaml", env={})
+    assert cfg.ai.model == "openai/gpt-4o-mini"
+    assert cfg.ai.api_key is None  # an empty ${VAR:-} falls back to "unset"
+    assert cfg.users["local"].roles == ["admin"]
+
+
+@pytest.mark.parametrize(
+    ("value", "env", "expected"),
+    [
+        ("${M}", {"M": "openai/x"}, "openai/x"),
+        ("${M:-openai/y}", {}, "openai/y"),
+        ("${M:-openai/y}", {"M": ""}, "openai/y"),
+        ("pre-${M}-post", {"M": "mid"}, "pre-mid-post"),
+        ("no vars", {}, "no vars"),
+    ],
+)
+def test_env_substitution(value: str, env: dict[str, str], expected: str) -> None:
+    assert parse_config({"ai": {"model": value}}, env=env).ai.model == expected
+
+
+def test_missing_variable_is_reported_with_its_path() -> None:
+    found = problems({"ai": {"model": "${NOPE}"}})
+    assert "ai.model" in found
+    assert "NOPE is not set" in found["ai.model"]
+
+
+def test_every_error_is_listed_with_path_value_and_reason() -> None:
+    found = problems(
+        {
+            "ai": {"model": 5, "fallback": "not-a-list", "surprise": True, "timeout_seconds": -1},
+            "channels": {"web": {"port": "http", "colour": "red"}},
+            "users": {"a": {"roles": ["wizard"], "identities": ["nocolon"]}},
+            "timezone": "Mars/Olympus",
+        }
+    )
+    assert set(found) >= {
+        "ai.model",
+        "ai.fallback",
+        "ai.surprise",
+        "ai.timeout_seconds",
+        "channels.web.port",
+        "channels.web.colour",
+        "users.a.roles[0]",
+        "users.a.identities",
+        "timezone",
+    }
+    assert "unknown key" in found["ai.surprise"]
+    assert "'wizard'" in found["users.a.roles[0]"]
+    assert "Mars/Olympus" in found["timezone"]
+
+
+def test_secrets_are_masked_in_errors() -> None:
+    secret = "sk-supersecretvalue-123456"
+    with pytest.raises(ConfigError) as info:
+        parse_config({"ai": {"api_key": ["list", secret]}, "users": {"u": {"tokens": ["short"]}}}, env={})
+    text = str(info.value)
+    assert secret not in text and "short" not in text
+    assert "ai.api_key" in text and "users.u.tokens[0]" in text
+    assert "****" in text
+
+
+def test_non_loopback_bind_requires_tokens() -> None:
+    found = problems({"channels": {"web": {"host": "0.0.0.0"}}})
+    assert "no user has tokens" in found["channels.web.host"]
+    cfg = parse_config({"channels": {"web": {"host": "0.0.0.0"}}, "users": {"a": {"tokens": ["x" * 20]}}}, env={})
+    assert not cfg.channels["web"].is_loopback
+
+
+def test_cross_field_rules() -> None:
+    found = problems(
+        {
+            "agents": {"list": [{"name": "a"}, {"name": "a"}]},
+            "users": {
+                "x": {"identities": ["telegram:1"], "tokens": ["t" * 20]},
+                "y": {"identities": ["telegram:1"], "tokens": ["t" * 20]},
+            },
+        }
+    )
+    assert "duplicate agent name" in found["agents.list[1].name"]
+    assert "already belongs to user 'x'" in found["users.y.identities[0]"]
+    assert "same token as user 'x'" in found["users.y.tokens[0]"]
+    assert "t" * 20 not in " ".join(found.values())
+
+
+def test_channel_type_defaults_to_platform_name_and_unknown_types_fail() -> None:
+    assert parse_config({"channels": {"web": {}}}, env={}).channels["web"].type == "web"
+    found = problems({"channels": {"mychat": {"type": "pager"}}})
+    assert any(path.startswith("channels.mychat") for path in found)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("ai:\n  model: [unclosed\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert "line" in info.value.problems[0].path
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "missing.yaml", env={})
+
+
+def test_secret_values_collects_every_secret() -> None:
+    cfg = parse_config(
+        {"ai": {"api_key": "k" * 20, "gemini": {"api_key": "g" * 20}}, "users": {"u": {"tokens": ["t" * 20]}}},
+        env={},
+    )
+    assert set(secret_values(cfg)) == {"k" * 20, "g" * 20, "t" * 20}
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_cli_config_check(tmp_path: Path) -> None:
+    good = _cli("--config", str(REPO / "config.yaml"), "config", "check", cwd=tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert "OK" in good.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ai:\n  api_key: sk-leakme-0000000000000000\n  retries: lots\nchannels:\n  web:\n    port: -1\n")
+    result = _cli("--config", str(bad), "config", "check", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "ai.retries" in result.stderr and "channels.web.port" in result.stderr
+    assert "sk-leakme" not in result.stderr + result.stdout
+
+
+def test_cli_run_refuses_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("channels:\n  web:\n    host: 0.0.0.0\n")
+    result = _cli("--config", str(bad), "run", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "did not start" in result.stderr and "channels.web.host" in result.stderr
