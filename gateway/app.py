@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from gateway.ports import Adapter, ChannelServices, HistoryItem
 from gateway.router import Router
 from gateway.server import add_ops_routes, build_app
 from gateway.tools import ToolRegistry
-from gateway.turn import NOTICE_AUTHOR, TurnEngine
+from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.app")
@@ -50,6 +51,7 @@ class Gateway:
         self._sites: list[web.TCPSite] = []
         self._ready = False
         self._stopped = False
+        self._background: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.started_at = time.time()
 
@@ -101,6 +103,7 @@ class Gateway:
         event(log, "gateway_ready", ms=(time.perf_counter() - started) * 1000, channels=",".join(self.adapters))
         # Heavy imports after ready: a turn that arrives meanwhile waits for them.
         self.llm.start_loading()
+        self._background.append(asyncio.create_task(self._check_models()))
         resumed = await self.router.resume_unfinished()
         if resumed:
             event(log, "gateway_resumed_events", count=resumed)
@@ -110,6 +113,8 @@ class Gateway:
             return
         self._stopped = True
         self._ready = False
+        for task in self._background:
+            task.cancel()
         if self.router is not None:
             await self.router.drain(deadline)
         for adapter in self.adapters.values():
@@ -128,9 +133,31 @@ class Gateway:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stopping.set)
         await self.start()
+        if self._sites:
+            print(f"clawgate is running: open {self.url} to chat (Ctrl+C stops it)", file=sys.stderr, flush=True)
         await self._stopping.wait()
         event(log, "gateway_stopping")
         await self.stop()
+
+    async def _check_models(self) -> None:
+        """Warn operators early about a model that cannot work (no credentials), instead of at the first chat."""
+        started = time.perf_counter()
+        await self.llm.ready()
+        event(log, "llm_loaded", ms=(time.perf_counter() - started) * 1000)
+        for agent in self.config.agents.list:
+            chain = model_chain(self.config, agent)
+            if not chain:
+                event(log, "llm_not_configured", logging.WARNING, agent=agent.name, hint="set ai.model in config.yaml")
+            for model, keys in (await self.llm.missing_credentials(chain)).items():
+                event(
+                    log,
+                    "llm_credentials_missing",
+                    logging.WARNING,
+                    agent=agent.name,
+                    model=model,
+                    missing=",".join(keys),
+                    hint="set ai.api_key in config.yaml or the variable",
+                )
 
     # -- info -------------------------------------------------------------------------------------
 

@@ -99,11 +99,11 @@ def _fill_channel_types(data: dict[str, Any]) -> None:
 
 
 def _drop_nones(node: Any) -> Any:
-    """Keys whose value is null (or an empty `${VAR}`) fall back to their defaults."""
+    """Keys and list items whose value is null (or an empty `${VAR:-}`) are left out: defaults apply."""
     if isinstance(node, dict):
         return {k: _drop_nones(v) for k, v in node.items() if v is not None}
     if isinstance(node, list):
-        return [_drop_nones(v) for v in node]
+        return [_drop_nones(v) for v in node if v is not None]
     return node
 
 

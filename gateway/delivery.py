@@ -84,9 +84,11 @@ class Delivery:
             await adapter.edit(ref, result.text, final=True)
         return Delivered(result, ref)
 
-    async def notice(self, adapter: Adapter, conv: ConversationRef, event_id: str, text: str) -> MessageRef | None:
+    async def notice(
+        self, adapter: Adapter, conv: ConversationRef, event_id: str, text: str, key: str | None = None
+    ) -> MessageRef | None:
         """A one-shot reply (command output, refusals), under the same idempotency rule."""
-        key = reply_key(event_id)
+        key = key or reply_key(event_id)
         earlier = await self._journal.claim_send(key, adapter.name)
         if earlier is not None:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier)

@@ -27,6 +27,8 @@ RETRYABLE = frozenset({"rate_limit", "overloaded", "server", "timeout", "connect
 
 _HINTS = {
     "auth": "the provider refused the credentials: set ai.api_key (or the provider's key variable)",
+    "credentials": "no API key was found for it: set ai.api_key in config.yaml or the provider's key variable "
+    "(e.g. OPENAI_API_KEY)",
     "not_found": "the provider does not know this model: check ai.model",
     "bad_request": "the provider rejected the request",
     "context_window": "the conversation is too long for this model: start a new one with /new",
@@ -120,6 +122,8 @@ def classify(exc: BaseException) -> tuple[str, int | None]:
 
     # litellm reports a refused connection as InternalServerError(500): look at what caused it.
     for cause in _causes(exc)[1:]:
+        if type(cause) is openai.OpenAIError:
+            return "credentials", None  # raised by the client before any request: no usable key
         if isinstance(cause, openai.APITimeoutError):
             return "timeout", None
         if isinstance(cause, openai.APIConnectionError):
@@ -211,6 +215,21 @@ class LLMClient:
             assert self._loading is not None
             self._litellm = await self._loading
         return self._litellm
+
+    async def missing_credentials(self, chain: list[ModelSpec]) -> dict[str, list[str]]:
+        """Models whose provider key is neither configured nor in the environment (name -> variables)."""
+        litellm = await self.ready()
+        missing: dict[str, list[str]] = {}
+        for spec in chain:
+            if spec.api_key:
+                continue
+            try:
+                found = litellm.validate_environment(model=spec.model, api_base=spec.api_base)
+            except Exception:
+                continue  # unknown provider: the first call reports it
+            if not found.get("keys_in_environment") and found.get("missing_keys"):
+                missing[spec.model] = list(found["missing_keys"])
+        return missing
 
     async def stream(
         self,

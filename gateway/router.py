@@ -105,14 +105,29 @@ class Router:
         parsed = commands.parse(ev.text)
         outcome = "ok"
         async with self.session_slot(key):
-            if parsed is not None:
-                ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage)
-                text = await commands.dispatch(ctx, *parsed)
-                ref = await self._notice(adapter, ev, text)
-                await self.storage.journal.finish(ev.event_id, sent=(reply_key(ev.event_id), ref))
-                outcome = "command"
-            else:
-                outcome = await self._turn(ev, adapter, user, key)
+            try:
+                if parsed is not None:
+                    ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage)
+                    text = await commands.dispatch(ctx, *parsed)
+                    ref = await self._notice(adapter, ev, text)
+                    await self.storage.journal.finish(ev.event_id, sent=(reply_key(ev.event_id), ref))
+                    outcome = "command"
+                else:
+                    outcome = await self._turn(ev, adapter, user, key)
+            except Exception as exc:
+                # A bug or a storage failure: tell the person, and do not retry this event forever.
+                outcome = "error"
+                event(
+                    log,
+                    "turn_crashed",
+                    logging.ERROR,
+                    channel=ev.ref.channel,
+                    session=key,
+                    event_id=ev.event_id,
+                    error=type(exc).__name__,
+                )
+                log.debug("turn_crashed traceback", exc_info=True)
+                await self._apologize(adapter, ev)
         self.metrics.turns.labels(ev.ref.channel, outcome).inc()
         self.metrics.turn_latency.labels(ev.ref.channel).observe(time.perf_counter() - started)
         event(
@@ -125,12 +140,20 @@ class Router:
             ms=(time.perf_counter() - started) * 1000,
         )
 
-    async def _notice(self, adapter: Adapter, ev: MessageReceived, text: str) -> str | None:
+    async def _notice(self, adapter: Adapter, ev: MessageReceived, text: str, key: str | None = None) -> str | None:
         try:
-            ref = await self.delivery.notice(adapter, ev.ref, ev.event_id, text)
+            ref = await self.delivery.notice(adapter, ev.ref, ev.event_id, text, key)
         except DeliveryError:
             return None
         return ref.message_id if ref else None
+
+    async def _apologize(self, adapter: Adapter, ev: MessageReceived) -> None:
+        key = f"{ev.event_id}:error"
+        try:
+            ref = await self._notice(adapter, ev, APOLOGY, key)
+            await self.storage.journal.finish(ev.event_id, "failed", sent=(key, ref))
+        except Exception as exc:
+            event(log, "apology_failed", logging.ERROR, event_id=ev.event_id, error=type(exc).__name__)
 
     async def _turn(self, ev: MessageReceived, adapter: Adapter, user: User, key: str) -> str:
         agent = self.config.agent(None)
@@ -175,8 +198,7 @@ class Router:
             event(log, "resume_event", channel=p.channel, event_id=p.event_id, attempts=p.attempts)
             await self.storage.journal.bump_attempts(p.event_id)
             if p.attempts >= MAX_ATTEMPTS:
-                ref = await self._notice(adapter, ev, APOLOGY)
-                await self.storage.journal.finish(p.event_id, "failed", sent=(reply_key(p.event_id), ref))
+                await self._apologize(adapter, ev)
                 continue
             recorded = await self.storage.sessions.reply_for_event(p.event_id)
             if recorded is not None:

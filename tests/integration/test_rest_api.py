@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import aiohttp
+import pytest
 
 from gateway.app import Gateway
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, auth
@@ -140,3 +141,21 @@ async def test_unknown_sender_becomes_a_user(gateway: Gateway, http: aiohttp.Cli
     assert again.id == user.id
     alice = await gateway.storage.identities.resolve("telegram:1")
     assert alice.id == "alice"
+
+
+async def test_a_crashing_turn_apologizes_and_is_not_retried(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert gateway.router is not None and gateway.storage is not None
+
+    def broken(*_args: object, **_kw: object) -> object:
+        raise RuntimeError("bug in the turn")
+
+    monkeypatch.setattr(gateway.router.engine, "run", broken)
+    r = await post(http, gateway, {"text": "trigger the bug"})
+    assert r.status == 200
+    assert "internal error" in (await r.json())["reply"]
+    assert await gateway.storage.journal.unfinished() == []
+    assert (await gateway.storage.journal.counts()).get("failed") == 1
+    monkeypatch.undo()
+    assert (await (await post(http, gateway, {"text": "works again"})).json())["reply"] == "echo: works again"

@@ -163,3 +163,12 @@ def test_cli_run_refuses_bad_config(tmp_path: Path) -> None:
     result = _cli("--config", str(bad), "run", cwd=tmp_path)
     assert result.returncode == 2
     assert "did not start" in result.stderr and "channels.web.host" in result.stderr
+
+
+def test_shipped_config_takes_host_and_token_from_the_environment() -> None:
+    token = "a-long-enough-token-123"
+    cfg = load_config(REPO / "config.yaml", env={"CLAWGATE_HOST": "0.0.0.0", "CLAWGATE_TOKEN": token})
+    assert cfg.channels["web"].host == "0.0.0.0"
+    assert [t.get_secret_value() for t in cfg.users["local"].tokens] == [token]
+    with pytest.raises(ConfigError, match="no user has tokens"):
+        load_config(REPO / "config.yaml", env={"CLAWGATE_HOST": "0.0.0.0"})

@@ -30,6 +30,18 @@ def test_classify_by_type(exc: BaseException, kind: str) -> None:
     assert classify(exc)[0] == kind
 
 
+def test_missing_credentials_are_told_apart_from_server_errors() -> None:
+    import openai
+
+    try:
+        try:
+            raise openai.OpenAIError("Missing credentials")
+        except openai.OpenAIError as inner:
+            raise litellm.InternalServerError("wrapped", "openai", "m") from inner
+    except litellm.InternalServerError as exc:
+        assert classify(exc)[0] == "credentials"
+
+
 def test_user_message_names_models_and_how_to_fix_without_secrets() -> None:
     err = LLMError([Attempt("openai/gpt-4o-mini", "auth", 401), Attempt("ollama/llama3", "connection")])
     text = err.user_message()
