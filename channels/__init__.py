@@ -9,6 +9,9 @@ from gateway.ports import Adapter, ChannelServices
 
 _FACTORIES = {
     "web": "channels.web.adapter:create",
+    "telegram": "channels.telegram.adapter:create",
+    "discord": "channels.discord.adapter:create",
+    "slack": "channels.slack.adapter:create",
 }
 
 

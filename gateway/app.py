@@ -13,6 +13,7 @@ from aiohttp import web
 
 import channels
 from gateway.auth import TokenAuth
+from gateway.commands import COMMANDS
 from gateway.config import Config
 from gateway.config_load import secret_values
 from gateway.delivery import Delivery
@@ -80,7 +81,12 @@ class Gateway:
         web_cfgs = self.config.web_channels()
         max_body = max((c.max_message_bytes for c in web_cfgs.values()), default=64 * 1024) + 64 * 1024
         app = build_app(max_body)
-        services = ChannelServices(http=app, authenticate=self.auth, history=self._history)
+        services = ChannelServices(
+            http=app,
+            authenticate=self.auth,
+            history=self._history,
+            commands=tuple((c.name, c.summary) for c in COMMANDS.values()),
+        )
         for name, ch_cfg in self.config.channels.items():
             if getattr(ch_cfg, "enabled", True):
                 self.adapters[name] = channels.create(name, ch_cfg, services)

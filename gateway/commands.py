@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.config import AgentConfig, Config
 from gateway.events import ConversationKind, MessageReceived
 from gateway.turn import model_chain
 from memory.identities import User
+from memory.links import LinkError
 from memory.storage import Storage
+
+
+class AttemptLimiter:
+    """At most `limit` attempts per key in a sliding window (guards /link codes against guessing)."""
+
+    def __init__(self, limit: int = 5, window: float = 600.0) -> None:
+        self.limit = limit
+        self.window = window
+        self._hits: dict[str, deque[float]] = {}
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        hits = self._hits.setdefault(key, deque())
+        while hits and now - hits[0] > self.window:
+            hits.popleft()
+        if len(hits) >= self.limit:
+            return False
+        hits.append(now)
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +42,7 @@ class CommandContext:
     agent: AgentConfig
     config: Config
     storage: Storage
+    limiter: AttemptLimiter = field(default_factory=AttemptLimiter)
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]
@@ -87,6 +110,51 @@ async def _whoami(ctx: CommandContext, _args: str) -> str:
     )
 
 
+def _is_admin(ctx: CommandContext) -> bool:
+    return ctx.user.has_role("admin")
+
+
+async def _link(ctx: CommandContext, args: str) -> str:
+    identity = ctx.event.sender.identity
+    if not args:
+        if ctx.event.ref.kind != ConversationKind.DM:
+            return "Send /link in a direct message: link codes are private."
+        code = await ctx.storage.links.create(ctx.user.id, identity)
+        shown = f"{code[:4]}-{code[4:]}"
+        return (
+            f"Your link code is {shown}. Within 10 minutes, send `/link {shown}` from your other account "
+            "(on any platform) to make both accounts one person. The code works once."
+        )
+    if not ctx.limiter.allow(f"link:{identity}"):
+        return "Too many link attempts. Wait a few minutes and try again."
+    declared = {i for u in ctx.config.users.values() for i in u.identities}
+    if identity in declared:
+        return "This account is assigned to a user in config.yaml; an operator can change it there."
+    try:
+        owner = await ctx.storage.links.redeem(args, identity)
+    except LinkError as exc:
+        return f"Could not link: {exc}."
+    ctx.storage.identities.forget(identity, (ctx.user.id, owner))
+    return f"Linked: {identity} now belongs to user {owner}. /whoami lists all your accounts."
+
+
+async def _pair(ctx: CommandContext, args: str) -> str:
+    verb, _, code = args.partition(" ")
+    if verb in ("", "list"):
+        pending = await ctx.storage.pairing.pending()
+        if not pending:
+            return "No pairing requests are waiting."
+        lines = ["Waiting for approval (approve with /pair approve CODE):"]
+        lines += [f"{p.code}  {p.identity} ({p.display_name or 'no name'}) on {p.channel}" for p in pending]
+        return "\n".join(lines)
+    if verb == "approve" and code.strip():
+        req = await ctx.storage.pairing.approve(code.strip(), ctx.user.id)
+        if req is None:
+            return f"No pairing request has the code {code.strip()}."
+        return f"Approved {req.identity}: they can talk to the assistant now."
+    return "Usage: /pair [list] or /pair approve CODE"
+
+
 COMMANDS: dict[str, Command] = {
     c.name: c
     for c in [
@@ -95,6 +163,8 @@ COMMANDS: dict[str, Command] = {
         Command("reset", "same as /new: clear this conversation's context", _new, _owner_or_admin),
         Command("status", "model, session size and estimated tokens", _status),
         Command("whoami", "your user id, linked identities and roles", _whoami),
+        Command("link", "join your accounts on several platforms: /link, then /link CODE elsewhere", _link),
+        Command("pair", "approve people waiting to talk to the assistant (admins)", _pair, _is_admin),
     ]
 }
 

@@ -90,8 +90,70 @@ class WebChannelConfig(_Strict):
             return False
 
 
-ChannelConfig = WebChannelConfig
-PLATFORM_TYPES = ("web",)
+DmPolicy = Literal["open", "allowlist", "pairing", "disabled"]
+GroupPolicy = Literal["open", "allowlist", "disabled"]
+Audience = Literal["personal", "team", "public"]
+
+
+class ChatChannelConfig(_Strict):
+    """What every chat platform shares: access policy, audience, limits."""
+
+    enabled: bool = True
+    # DMs: open (anyone), allowlist (only allow_from), pairing (unknown senders get a code an admin
+    # approves), disabled.
+    dm_policy: DmPolicy = "pairing"
+    # Groups: open, allowlist (only conversations or senders in allow_from), disabled.
+    group_policy: GroupPolicy = "open"
+    # In groups, answer only when mentioned (a reply to the bot counts as a mention).
+    require_mention: bool = True
+    # Identities ("telegram:123"), user ids ("alice") or conversations ("chat:-100123").
+    allow_from: list[str] = Field(default_factory=list)
+    # Audience per conversation id; DMs default to personal, groups to team.
+    audience: dict[str, Audience] = Field(default_factory=dict)
+    # Attachments larger than this are refused with a message.
+    max_attachment_bytes: Annotated[int, Field(ge=0)] = 20 * 1024 * 1024
+    # Inbound text larger than this (characters) is refused with a message.
+    max_message_chars: Annotated[int, Field(ge=1)] = 32_000
+    # Timeout of one platform API request (a send that times out is never retried: it may have arrived).
+    request_timeout: Annotated[float, Field(gt=0, le=300)] = 30
+
+
+class TelegramChannelConfig(ChatChannelConfig):
+    type: Literal["telegram"] = "telegram"
+    token: SecretStr
+    mode: Literal["polling", "webhook"] = "polling"
+    api_base_url: str = "https://api.telegram.org"
+    # Webhook mode: the public URL Telegram should call (ends in /telegram/<channel name>) and the
+    # secret it must send in X-Telegram-Bot-Api-Secret-Token.
+    webhook_url: str | None = None
+    webhook_secret: Annotated[SecretStr, Field(min_length=16)] | None = None
+    parse_mode: Literal["HTML", "MarkdownV2"] = "HTML"
+    poll_timeout: Annotated[float, Field(ge=0, le=60)] = 30
+
+
+class DiscordChannelConfig(ChatChannelConfig):
+    type: Literal["discord"] = "discord"
+    token: SecretStr
+    api_base_url: str = "https://discord.com/api/v10"
+    gateway_url: str | None = None  # default: what the REST API's /gateway/bot returns
+    shard_ids: list[int] | None = None
+    shard_count: Annotated[int, Field(ge=1)] | None = None
+
+
+class SlackChannelConfig(ChatChannelConfig):
+    type: Literal["slack"] = "slack"
+    bot_token: SecretStr
+    app_token: SecretStr | None = None  # Socket Mode (xapp-...)
+    signing_secret: SecretStr | None = None  # HTTP Events API
+    mode: Literal["socket", "http"] = "socket"
+    api_base_url: str = "https://slack.com/api/"
+
+
+ChannelConfig = Annotated[
+    WebChannelConfig | TelegramChannelConfig | DiscordChannelConfig | SlackChannelConfig,
+    Field(discriminator="type"),
+]
+PLATFORM_TYPES = ("web", "telegram", "discord", "slack")
 
 
 class UserConfig(_Strict):
@@ -165,7 +227,28 @@ class Config(_Strict):
                     problems.append((f"users.{uid}.tokens[{j}]", tok, f"same token as user {seen_tokens[raw]!r}"))
                 seen_tokens[raw] = uid
         for name, ch in self.channels.items():
-            if ch.type == "web" and ch.enabled and not ch.is_loopback:
+            if isinstance(ch, TelegramChannelConfig) and ch.mode == "webhook" and ch.webhook_secret is None:
+                problems.append(
+                    (
+                        f"channels.{name}.webhook_secret",
+                        None,
+                        "webhook mode needs a secret (16+ characters) to verify Telegram's calls",
+                    )
+                )
+            if isinstance(ch, SlackChannelConfig):
+                if ch.mode == "socket" and ch.app_token is None:
+                    problems.append(
+                        (f"channels.{name}.app_token", None, "socket mode needs an app-level token (xapp-...)")
+                    )
+                if ch.mode == "http" and ch.signing_secret is None:
+                    problems.append(
+                        (
+                            f"channels.{name}.signing_secret",
+                            None,
+                            "http mode needs the signing secret to verify Slack's requests",
+                        )
+                    )
+            if isinstance(ch, WebChannelConfig) and ch.enabled and not ch.is_loopback:
                 if not seen_tokens:
                     problems.append(
                         (
@@ -183,4 +266,4 @@ class Config(_Strict):
         return next((a for a in self.agents.list if a.name == name), None)
 
     def web_channels(self) -> dict[str, WebChannelConfig]:
-        return {n: c for n, c in self.channels.items() if c.type == "web" and c.enabled}
+        return {n: c for n, c in self.channels.items() if isinstance(c, WebChannelConfig) and c.enabled}

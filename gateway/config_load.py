@@ -112,7 +112,7 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("web",) and path.startswith("channels.") and path.count(".") == 1:
+        elif part in PLATFORM_TYPES and path.startswith("channels.") and path.count(".") == 1:
             continue  # pydantic's union tag, not a user-visible key
         else:
             path = _join(path, str(part))

@@ -14,6 +14,7 @@ from gateway.events import ConversationRef, MessageRef, OutboundMessage
 from gateway.llm import Restart, TextDelta
 from gateway.logs import event
 from gateway.ports import Adapter, DeliveryError
+from gateway.splitting import split_message
 from gateway.turn import TurnResult
 from memory.journal import Journal
 
@@ -49,7 +50,7 @@ class Delivery:
         ref: MessageRef | None = None
         shown = ""
         buf: list[str] = []
-        last_edit = 0.0
+        next_edit = 0.0
         result: TurnResult | None = None
         async for item in stream:
             if isinstance(item, TurnResult):
@@ -59,30 +60,29 @@ class Delivery:
                 buf.clear()
                 continue
             buf.append(item.text)
-            if not can_stream:
+            now = time.monotonic()
+            if not can_stream or now < next_edit:
                 continue
             text = "".join(buf)
-            now = time.monotonic()
-            if caps.length(text) > caps.max_length:
-                continue  # too long for one message: the final delivery sends it whole
-            if ref is None:
-                ref = await self._send(adapter, OutboundMessage(conv, text, key, event_id, final=False))
-                shown, last_edit = text, now
-            elif now - last_edit >= caps.min_edit_interval and text != shown:
-                try:
+            if text == shown or caps.length(text) > caps.max_length:
+                continue  # past one message: the final delivery splits it
+            try:
+                if ref is None:
+                    ref = await adapter.send(OutboundMessage(conv, text, key, event_id, final=False))
+                else:
                     await adapter.edit(ref, text, final=False)
-                    shown, last_edit = text, now
-                except DeliveryError as exc:
-                    event(log, "delivery_edit_failed", logging.WARNING, channel=adapter.name, error=str(exc))
+                shown, next_edit = text, now + caps.min_edit_interval
+            except DeliveryError as exc:
+                # Streaming is best effort: back off, or give up streaming if the first send failed.
+                event(log, "delivery_stream_update_failed", logging.WARNING, channel=adapter.name, error=str(exc))
+                if ref is None and (exc.maybe_delivered or not exc.retryable):
+                    can_stream = False
+                next_edit = now + (exc.retry_after or caps.min_edit_interval)
         assert result is not None, "a turn stream always ends with a TurnResult"
         if earlier is not None:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier)
             return Delivered(result, None)
-        if ref is None:
-            ref = await self._send(adapter, OutboundMessage(conv, result.text, key, event_id, final=True))
-        else:
-            await adapter.edit(ref, result.text, final=True)
-        return Delivered(result, ref)
+        return Delivered(result, await self._complete(adapter, conv, key, event_id, result.text, ref))
 
     async def notice(
         self, adapter: Adapter, conv: ConversationRef, event_id: str, text: str, key: str | None = None
@@ -93,8 +93,34 @@ class Delivery:
         if earlier is not None:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier)
             return None
-        ref = await self._send(adapter, OutboundMessage(conv, text, key, event_id, final=True))
+        return await self._complete(adapter, conv, key, event_id, text, None)
+
+    async def _complete(
+        self, adapter: Adapter, conv: ConversationRef, key: str, event_id: str, text: str, ref: MessageRef | None
+    ) -> MessageRef:
+        """Final text: the first part replaces the streamed message (or is sent), the rest follow in order."""
+        caps = adapter.capabilities
+        chunks = split_message(text, caps.max_length, caps.length) or [text or "…"]
+        last = len(chunks) - 1
+        if ref is None:
+            ref = await self._send(adapter, OutboundMessage(conv, chunks[0], key, event_id, final=last == 0))
+        else:
+            await self._edit(adapter, ref, chunks[0], final=last == 0)
+        for i, chunk in enumerate(chunks[1:], start=1):
+            await self._send(adapter, OutboundMessage(conv, chunk, f"{key}:{i}", event_id, final=i == last))
         return ref
+
+    async def _edit(self, adapter: Adapter, ref: MessageRef, text: str, final: bool) -> None:
+        # Edits are idempotent, so unlike sends they may be retried even when one may have landed.
+        for attempt in range(self._send_retries + 1):
+            try:
+                await adapter.edit(ref, text, final)
+                return
+            except DeliveryError as exc:
+                if not exc.retryable or attempt == self._send_retries:
+                    event(log, "delivery_failed", logging.ERROR, channel=adapter.name, op="edit", error=str(exc))
+                    raise
+                await asyncio.sleep(exc.retry_after if exc.retry_after is not None else 0.5 * 2**attempt)
 
     async def _send(self, adapter: Adapter, msg: OutboundMessage) -> MessageRef:
         for attempt in range(self._send_retries + 1):

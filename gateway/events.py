@@ -65,6 +65,7 @@ class MessageReceived:
     mentions_bot: bool = False
     reply_to: MessageRef | None = None
     attachments: tuple[Attachment, ...] = ()
+    edited: bool = False  # an edit of an earlier message (same platform message, new text)
     received_at: datetime = field(default_factory=utcnow)
     raw: Any = field(default=None, compare=False, repr=False)
 
@@ -91,16 +92,23 @@ def event_to_payload(ev: MessageReceived) -> dict[str, Any]:
         "sender_name": ev.sender.display_name,
         "text": ev.text,
         "mentions_bot": ev.mentions_bot,
+        "edited": ev.edited,
+        "attachments": [[a.kind, a.name, a.size] for a in ev.attachments],
+        "reply_to": [ev.reply_to.conversation.chat_id, ev.reply_to.message_id] if ev.reply_to else None,
         "received_at": ev.received_at.isoformat(),
     }
 
 
 def event_from_payload(p: dict[str, Any]) -> MessageReceived:
+    ref = ConversationRef(p["channel"], p["chat_id"], p.get("thread_id"), ConversationKind(p["kind"]))
     return MessageReceived(
         event_id=p["event_id"],
-        ref=ConversationRef(p["channel"], p["chat_id"], p.get("thread_id"), ConversationKind(p["kind"])),
+        ref=ref,
         sender=Actor(p["sender"], p.get("sender_name")),
         text=p["text"],
         mentions_bot=bool(p.get("mentions_bot")),
+        edited=bool(p.get("edited")),
+        attachments=tuple(Attachment(k, n, s) for k, n, s in p.get("attachments") or ()),
+        reply_to=MessageRef(ref, p["reply_to"][1]) if p.get("reply_to") else None,
         received_at=datetime.fromisoformat(p["received_at"]),
     )

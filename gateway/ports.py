@@ -87,3 +87,5 @@ class ChannelServices:
     http: object
     authenticate: Callable[[str | None], str | None]  # bearer token -> user id, or None
     history: Callable[[ConversationRef, str], Awaitable[list[HistoryItem]]]  # (conversation, identity)
+    # Chat commands (name, one-line summary) to register where the platform has a command menu.
+    commands: tuple[tuple[str, str], ...] = ()

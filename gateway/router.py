@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from gateway import commands
-from gateway.config import Config
+from gateway import access, commands
+from gateway.config import ChatChannelConfig, Config
 from gateway.delivery import Delivery, reply_key
 from gateway.events import ConversationKind, ConversationRef, MessageReceived, event_from_payload, event_to_payload
 from gateway.logs import event
@@ -51,6 +51,8 @@ class Router:
         self.adapters = adapters
         self.metrics = metrics
         self._slots: dict[str, _Slot] = {}
+        self._limiter = commands.AttemptLimiter()
+        self._declared = {i for u in config.users.values() for i in u.identities}
         self._inflight: set[asyncio.Task[None]] = set()
 
     def session_key_for(self, ref: ConversationRef, user: User) -> str:
@@ -96,6 +98,59 @@ class Router:
             return
         await self._process(ev, adapter)
 
+    async def _admit(self, ev: MessageReceived, adapter: Adapter, user: User, is_command: bool) -> bool:
+        """Access policy and size limits. False: the event was answered or ignored here, and finished."""
+        cfg = self.config.channels.get(ev.ref.channel)
+        if not isinstance(cfg, ChatChannelConfig):
+            return True  # the web channel authenticates every request itself
+        refusal: str | None = None
+        status = "ignored"
+        if ev.edited:
+            event(log, "inbound_edit_ignored", channel=ev.ref.channel, event_id=ev.event_id)
+            await self.storage.journal.finish(ev.event_id, status)
+            return False
+        decision = access.decide(
+            cfg,
+            ev,
+            user_id=user.id,
+            roles=user.roles,
+            declared=ev.sender.identity in self._declared,
+            paired=cfg.dm_policy == "pairing" and await self.storage.pairing.is_approved(ev.sender.identity),
+            is_command=is_command,
+        )
+        if decision.verdict == access.Verdict.PAIR:
+            code = await self.storage.pairing.request(ev.sender.identity, ev.ref.channel, ev.sender.display_name)
+            refusal = (
+                f"Hi! I don't know you yet. Your pairing code is {code}: ask an admin to approve it "
+                f"(/pair approve {code}, or `clawgate pairing approve {code}`). I'll answer once you're approved."
+            )
+        elif decision.verdict == access.Verdict.REFUSE:
+            refusal = "Sorry, I'm not available to you here."
+        elif decision.verdict == access.Verdict.ALLOW:
+            too_big = [a for a in ev.attachments if a.size is not None and a.size > cfg.max_attachment_bytes]
+            if len(ev.text) > cfg.max_message_chars:
+                refusal = (
+                    f"That message is too long for me ({len(ev.text)} characters; the limit is "
+                    f"{cfg.max_message_chars}). Please shorten it or split it up."
+                )
+            elif too_big:
+                names = ", ".join(a.name or a.kind for a in too_big)
+                refusal = f"I can't take files over {cfg.max_attachment_bytes // (1024 * 1024)} MiB ({names})."
+            else:
+                return True
+        self.metrics.rejected.labels(ev.ref.channel, decision.reason if refusal is None else "refused").inc()
+        event(
+            log,
+            "inbound_refused" if refusal else "inbound_ignored",
+            channel=ev.ref.channel,
+            event_id=ev.event_id,
+            identity=ev.sender.identity,
+            reason=decision.reason,
+        )
+        ref = await self._notice(adapter, ev, refusal) if refusal else None
+        await self.storage.journal.finish(ev.event_id, status, sent=(reply_key(ev.event_id), ref) if ref else None)
+        return False
+
     async def _process(self, ev: MessageReceived, adapter: Adapter) -> None:
         started = time.perf_counter()
         user = await self.storage.identities.resolve(ev.sender.identity, ev.sender.display_name)
@@ -103,11 +158,13 @@ class Router:
         assert agent is not None
         key = self.session_key_for(ev.ref, user)
         parsed = commands.parse(ev.text)
+        if not await self._admit(ev, adapter, user, parsed is not None):
+            return
         outcome = "ok"
         async with self.session_slot(key):
             try:
                 if parsed is not None:
-                    ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage)
+                    ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage, self._limiter)
                     text = await commands.dispatch(ctx, *parsed)
                     ref = await self._notice(adapter, ev, text)
                     await self.storage.journal.finish(ev.event_id, sent=(reply_key(ev.event_id), ref))

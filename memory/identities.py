@@ -57,6 +57,13 @@ class IdentityStore:
         self._by_identity.clear()
         self._users.clear()
 
+    def forget(self, identity: str | None = None, user_ids: tuple[str, ...] = ()) -> None:
+        """Drop cached lookups after identities moved between users (linking)."""
+        if identity is not None:
+            self._by_identity.pop(identity, None)
+        for uid in user_ids:
+            self._users.pop(uid, None)
+
     async def get_user(self, user_id: str) -> User | None:
         if user_id in self._users:
             return self._users[user_id]

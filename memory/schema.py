@@ -119,3 +119,27 @@ outbound = Table(
     Column("status", String(16), nullable=False),  # sending | sent | failed
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+link_codes = Table(
+    "link_codes",
+    metadata,
+    Column("code_hash", String(64), primary_key=True),
+    Column("user_id", String(128), ForeignKey("users.id"), nullable=False),
+    Column("created_by", String(255), nullable=False),  # the identity that asked for the code
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("used_at", UTCDateTime),
+    Column("used_by", String(255)),
+)
+
+pairing_requests = Table(
+    "pairing_requests",
+    metadata,
+    Column("identity", String(255), primary_key=True),
+    Column("channel", String(64), nullable=False),
+    Column("code", String(16), nullable=False, unique=True),
+    Column("display_name", String(255)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("approved_at", UTCDateTime),
+    Column("approved_by", String(128)),
+)

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memory.db import create_engine, migrate
 from memory.identities import IdentityStore
 from memory.journal import Journal
+from memory.links import LinkStore, PairingStore
 from memory.sessions import SessionStore
 
 
@@ -17,6 +18,8 @@ class Storage:
         self.identities = IdentityStore(engine)
         self.sessions = SessionStore(engine, history_messages)
         self.journal = Journal(engine)
+        self.links = LinkStore(engine)
+        self.pairing = PairingStore(engine)
 
     @classmethod
     async def open(cls, url: str, history_messages: int = 40) -> Storage:

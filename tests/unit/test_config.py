@@ -172,3 +172,29 @@ def test_shipped_config_takes_host_and_token_from_the_environment() -> None:
     assert [t.get_secret_value() for t in cfg.users["local"].tokens] == [token]
     with pytest.raises(ConfigError, match="no user has tokens"):
         load_config(REPO / "config.yaml", env={"CLAWGATE_HOST": "0.0.0.0"})
+
+
+def test_platform_channels_need_their_credentials() -> None:
+    found = problems(
+        {
+            "channels": {
+                "telegram": {"mode": "webhook", "token": "123:abc"},
+                "slack": {"bot_token": "xoxb-1", "mode": "http"},
+                "slack-socket": {"type": "slack", "bot_token": "xoxb-1"},
+                "discord": {"token": "d" * 30, "dm_policy": "sometimes"},
+            }
+        }
+    )
+    assert "channels.discord.dm_policy" in found
+    found = problems(
+        {
+            "channels": {
+                "telegram": {"mode": "webhook", "token": "123:abc"},
+                "slack": {"bot_token": "xoxb-1", "mode": "http"},
+                "slack-socket": {"type": "slack", "bot_token": "xoxb-1"},
+            }
+        }
+    )
+    assert "webhook mode needs a secret" in found["channels.telegram.webhook_secret"]
+    assert "signing secret" in found["channels.slack.signing_secret"]
+    assert "app-level token" in found["channels.slack-socket.app_token"]
