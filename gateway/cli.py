@@ -23,6 +23,11 @@ def _parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="configuration tools")
     cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     cfg_sub.add_parser("check", help="validate config.yaml and list every problem")
+    pairing = sub.add_parser("pairing", help="people waiting to talk to the assistant (dm_policy: pairing)")
+    pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND")
+    pairing_sub.add_parser("list", help="list pending pairing requests")
+    approve = pairing_sub.add_parser("approve", help="approve a pairing code")
+    approve.add_argument("code")
     return p
 
 
@@ -41,6 +46,37 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     model = config.agents.list[0].model or config.ai.model or "(none)"
     print(f"{path}: OK (agents: {agents}; model: {model}; channels: {', '.join(config.channels) or 'none'})")
     return 0
+
+
+def cmd_pairing(args: argparse.Namespace) -> int:
+    from memory.storage import Storage
+
+    try:
+        config = load_config(_config_path(args))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+    async def run() -> int:
+        storage = await Storage.open(config.storage.resolved_database_url)
+        try:
+            if args.pairing_command == "approve":
+                req = await storage.pairing.approve(args.code, "cli")
+                if req is None:
+                    print(f"no pairing request has the code {args.code}", file=sys.stderr)
+                    return 1
+                print(f"approved {req.identity} ({req.display_name or 'no name'}) on {req.channel}")
+                return 0
+            pending = await storage.pairing.pending()
+            for p in pending:
+                print(f"{p.code}  {p.identity}  {p.display_name or '-'}  {p.channel}  {p.created_at:%Y-%m-%d %H:%M}Z")
+            if not pending:
+                print("no pending pairing requests")
+            return 0
+        finally:
+            await storage.close()
+
+    return asyncio.run(run())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -72,5 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "config" and args.config_command == "check":
         return cmd_config_check(args)
+    if args.command == "pairing" and args.pairing_command in ("list", "approve"):
+        return cmd_pairing(args)
     parser.print_help()
     return 0 if args.command is None else 2

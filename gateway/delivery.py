@@ -46,8 +46,13 @@ class Delivery:
         key = reply_key(event_id)
         earlier = await self._journal.claim_send(key, adapter.name)
         caps = adapter.capabilities
-        can_stream = caps.can_edit and earlier is None
         ref: MessageRef | None = None
+        if earlier is not None and earlier[0] == "streaming" and earlier[1] and caps.can_edit:
+            # A restart cut this reply mid-stream: finish the message already on screen.
+            ref = MessageRef(conv, earlier[1])
+            earlier = None
+            event(log, "delivery_resumed_stream", channel=adapter.name, event_id=event_id)
+        can_stream = caps.can_edit and earlier is None
         shown = ""
         buf: list[str] = []
         next_edit = 0.0
@@ -69,6 +74,7 @@ class Delivery:
             try:
                 if ref is None:
                     ref = await adapter.send(OutboundMessage(conv, text, key, event_id, final=False))
+                    await self._journal.streaming(key, ref.message_id)
                 else:
                     await adapter.edit(ref, text, final=False)
                 shown, next_edit = text, now + caps.min_edit_interval
@@ -80,7 +86,7 @@ class Delivery:
                 next_edit = now + (exc.retry_after or caps.min_edit_interval)
         assert result is not None, "a turn stream always ends with a TurnResult"
         if earlier is not None:
-            event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier)
+            event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return Delivered(result, None)
         return Delivered(result, await self._complete(adapter, conv, key, event_id, result.text, ref))
 
@@ -91,7 +97,7 @@ class Delivery:
         key = key or reply_key(event_id)
         earlier = await self._journal.claim_send(key, adapter.name)
         if earlier is not None:
-            event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier)
+            event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return None
         return await self._complete(adapter, conv, key, event_id, text, None)
 

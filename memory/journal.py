@@ -77,8 +77,13 @@ class Journal:
                 .values(attempts=inbound_events.c.attempts + 1)
             )
 
-    async def claim_send(self, key: str, channel: str) -> str | None:
-        """Reserve an outbound idempotency key. None: new, go ahead. Else the earlier status."""
+    async def claim_send(self, key: str, channel: str) -> tuple[str, str | None] | None:
+        """Reserve an outbound idempotency key before sending.
+
+        None: the key is new, go ahead. Otherwise (status, platform message id) of the earlier
+        attempt: `sending` (it may or may not have arrived), `streaming` (a placeholder with that id
+        is on screen and may be edited), `sent`, or `failed`.
+        """
         try:
             async with self._engine.begin() as conn:
                 await conn.execute(
@@ -86,11 +91,22 @@ class Journal:
                 )
         except IntegrityError:
             async with self._engine.connect() as conn:
-                status = (
-                    await conn.execute(select(outbound.c.status).where(outbound.c.idempotency_key == key))
-                ).scalar()
-            return str(status or "sending")
+                row = (
+                    await conn.execute(
+                        select(outbound.c.status, outbound.c.message_id).where(outbound.c.idempotency_key == key)
+                    )
+                ).first()
+            return (str(row.status), row.message_id) if row else ("sending", None)
         return None
+
+    async def streaming(self, key: str, message_id: str) -> None:
+        """The placeholder of a streamed reply is on screen: a resumed turn edits it, never reposts."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(outbound)
+                .where(outbound.c.idempotency_key == key)
+                .values(status="streaming", message_id=message_id)
+            )
 
     async def counts(self) -> dict[str, int]:
         from sqlalchemy import func

@@ -2,10 +2,11 @@
 running gateway, chats with the fake model over the WebSocket, and sees the history again after a reload.
 
 Playwright must never download its own browsers here: we always launch /usr/bin/chromium. Waits are
-Playwright's auto-waiting expectations with explicit timeouts, never sleeps."""
+Playwright's auto-waiting expectations with explicit timeouts; the only poll waits for the turn commit."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -132,7 +133,12 @@ async def _chat(browser: Any, gateway: Gateway, fake_llm: FakeLLM) -> None:
         assert request.get("stream") is True
         assert _user_texts(request)[-1] == USER_TEXT
 
-        # The session is stored server-side: a reload shows both messages again, in order.
+        # The session is stored server-side: a reload shows both messages again, in order. The reply
+        # reaches the page just before the turn is committed, so wait for the commit first.
+        assert gateway.storage is not None
+        async with asyncio.timeout(WAIT_MS / 1000):
+            while await gateway.storage.journal.unfinished():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         await page.reload(timeout=WAIT_MS)
         await expect(status).to_have_text("connected as local", timeout=WAIT_MS)
         await expect(page.locator(".msg .body")).to_have_text([USER_TEXT, REPLY_TEXT], timeout=WAIT_MS)

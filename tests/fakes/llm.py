@@ -42,9 +42,14 @@ class Hang:
 
 @dataclass
 class Gate:
-    """Hold the request until the test calls `fake.release()`, then answer with `then`."""
+    """Hold the request until the test calls `fake.release()`, then answer with `then`.
+
+    With `before` (streaming requests only), that text is streamed first, then the hold begins:
+    a reply cut mid-stream.
+    """
 
     then: Reply = field(default_factory=lambda: Reply("released"))
+    before: str = ""
 
 
 @dataclass
@@ -140,6 +145,8 @@ class FakeLLM:
             self.in_flight -= 1
 
     async def _answer(self, request: web.Request, body: dict[str, Any], behavior: Behavior) -> web.StreamResponse:
+        if isinstance(behavior, Gate) and behavior.before and body.get("stream"):
+            return await self._stream_with_pause(request, body, behavior)
         if isinstance(behavior, Gate):
             await self._gate.wait()
             behavior = behavior.then
@@ -163,6 +170,20 @@ class FakeLLM:
             assert request.transport is not None
             request.transport.close()
             return resp
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _stream_with_pause(self, request: web.Request, body: dict[str, Any], gate: Gate) -> web.StreamResponse:
+        model = body.get("model", "fake-model")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        chunks = self._chunks(model, Reply(gate.before, chunks=1))
+        for chunk in chunks[:2]:  # the role chunk and the text before the pause
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await self._gate.wait()
+        for chunk in self._chunks(model, gate.then)[1:]:
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

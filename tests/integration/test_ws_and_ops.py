@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -35,6 +36,11 @@ async def test_ws_streams_reply_and_keeps_history(
         assert replies[-1]["text"] == "streamed in several pieces"
         assert len({f["id"] for f in replies}) == 1  # one message, edited in place
         assert any(f["type"] == "typing" and f["on"] for f in frames)
+    # The reply reaches the page just before the turn is committed: wait for the commit.
+    assert gateway.storage is not None
+    async with asyncio.timeout(10):
+        while await gateway.storage.journal.unfinished():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
     async with http.ws_connect(gateway.url + "/ws") as ws:
         await ws.send_json({"type": "hello"})
         ready = (await frames_until(ws, lambda f: f["type"] == "ready"))[-1]

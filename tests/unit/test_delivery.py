@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -131,3 +132,18 @@ async def test_final_edit_is_retried_after_rate_limit(delivery: Delivery) -> Non
 
     await delivery.stream(ad, CONV, "e1", stream())
     assert ad.ops == [("send", "1", "first"), ("edit", "1", "first and final")]
+
+
+async def test_a_reply_cut_mid_stream_is_finished_in_place(delivery: Delivery) -> None:
+    ad = RecordingAdapter(Capabilities(can_edit=True, max_length=1000, min_edit_interval=0))
+
+    async def cut() -> AsyncIterator[TextDelta | Restart | TurnResult]:
+        yield TextDelta("partial")
+        raise asyncio.CancelledError  # the process died here
+
+    with pytest.raises(asyncio.CancelledError):
+        await delivery.stream(ad, CONV, "e1", cut())
+    assert ad.ops == [("send", "1", "partial")]
+    await delivery.stream(ad, CONV, "e1", turn("partial and complete"))  # the resumed turn
+    assert ad.ops[-1] == ("edit", "1", "partial and complete")
+    assert [op for op in ad.ops if op[0] == "send"] == [("send", "1", "partial")]

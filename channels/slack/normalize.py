@@ -1,0 +1,207 @@
+"""Slack payloads -> gateway events. Pure functions over the JSON Slack sends.
+
+Mentions: a channel message that @-mentions the bot arrives twice, as a `message` event and as
+an `app_mention` event (with different event ids). We take messages, mentions included, from
+`message` events only (the bot's "<@BOT>" in the text sets `mentions_bot`) and ignore
+`app_mention`: `message` also carries DMs, thread replies, edits and unmentioned group traffic,
+so the Slack app must subscribe to message.im / message.channels / message.groups / message.mpim.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.events import Actor, Attachment, ConversationKind, ConversationRef, MessageReceived, MessageRef
+
+# Message subtypes that are someone writing to us; everything else (joins, topic changes,
+# deletions, bot_message, ...) is not a message to answer.
+_USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
+_GROUP_TYPES = frozenset({"channel", "group", "mpim"})
+_MARKUP = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    """Who the bot is in its workspace (from auth.test)."""
+
+    user_id: str
+    bot_id: str | None = None
+    team_id: str | None = None
+
+
+def _label_or(label: str | None, fallback: str) -> str:
+    return label if label else fallback
+
+
+def _readable_link(target: str, label: str | None) -> str:
+    """`<https://x.y|x.y>` -> `x.y`; `<https://x.y|docs>` -> `docs (https://x.y)`; `<https://x.y>` -> the URL."""
+    if not label:
+        return target
+    bare = target.split(":", 1)[-1].lstrip("/")
+    return label if label in (target, bare) else f"{label} ({target})"
+
+
+def clean_text(text: str, bot_user_id: str) -> tuple[str, bool]:
+    """Slack markup -> readable text, and whether the bot was @-mentioned (its mention is removed)."""
+    mentioned = False
+
+    def replace(m: re.Match[str]) -> str:
+        nonlocal mentioned
+        target, label = m.group(1), m.group(2)
+        if target.startswith("@"):
+            user = target[1:]
+            if user == bot_user_id:
+                mentioned = True
+                return ""
+            return "@" + _label_or(label.lstrip("@") if label else None, user)
+        if target.startswith("#"):
+            return "#" + _label_or(label, target[1:])
+        if target.startswith("!"):
+            special = target[1:]
+            if special in ("here", "channel", "everyone"):
+                return "@" + special
+            # <!subteam^S123|@team>, <!date^...|fallback text>
+            return _label_or(label, "@" + special.split("^", 1)[0])
+        return _readable_link(target, label)
+
+    out = _MARKUP.sub(replace, text)
+    # Slack escapes only these three; decode `&amp;` last so "&amp;lt;" stays a literal "&lt;".
+    out = out.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    if mentioned:
+        out = "\n".join(_SPACES.sub(" ", line).strip() for line in out.split("\n")).strip()
+    return out, mentioned
+
+
+def _str(value: object) -> str | None:
+    """A non-empty string field, or None: payload fields of another type are treated as absent."""
+    return value if isinstance(value, str) and value else None
+
+
+def _without_token(payload: Mapping[str, Any]) -> dict[str, Any]:
+    # Slack still sends the legacy verification token in every payload: not ours to keep.
+    return {k: v for k, v in payload.items() if k != "token"}
+
+
+def _kind(event: Mapping[str, Any], chat_id: str) -> ConversationKind:
+    channel_type = _str(event.get("channel_type"))
+    if channel_type == "im":
+        return ConversationKind.DM
+    if channel_type in _GROUP_TYPES:
+        return ConversationKind.GROUP
+    return ConversationKind.DM if chat_id.startswith("D") else ConversationKind.GROUP
+
+
+def _attachments(message: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    files = message.get("files")
+    if not isinstance(files, list):
+        return ()
+    return tuple(
+        Attachment(
+            kind=_str(f.get("mimetype")) or _str(f.get("filetype")) or "file",
+            name=_str(f.get("name")) or _str(f.get("title")),
+            size=f["size"] if type(f.get("size")) is int else None,
+        )
+        for f in files
+        if isinstance(f, Mapping)
+    )
+
+
+def _display_name(message: Mapping[str, Any]) -> str | None:
+    profile = message.get("user_profile")
+    if not isinstance(profile, Mapping):
+        return None
+    for key in ("display_name", "real_name", "name"):
+        if name := _str(profile.get(key)):
+            return name
+    return None
+
+
+def _is_from_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
+    return bool(
+        message.get("bot_id")
+        or message.get("subtype") == "bot_message"
+        or message.get("user") == bot.user_id
+        or message.get("bot_profile")
+    )
+
+
+def normalize_event(body: Mapping[str, Any], *, channel: str, bot: BotIdentity) -> MessageReceived | None:
+    """An Events API envelope (`event_callback`) -> MessageReceived, or None when it is not for us."""
+    event = body.get("event")
+    if body.get("type") != "event_callback" or not isinstance(event, Mapping) or event.get("type") != "message":
+        return None
+    subtype = event.get("subtype")
+    if subtype is not None and not isinstance(subtype, str):
+        return None
+    edited = subtype == "message_changed"
+    if edited:
+        message = event.get("message")
+        previous = event.get("previous_message")
+        if not isinstance(message, Mapping):
+            return None
+        # Slack also sends message_changed for unfurls, reply counts and language metadata:
+        # only a change of text is an edit someone made.
+        if isinstance(previous, Mapping) and previous.get("text") == message.get("text"):
+            return None
+    elif subtype in _USER_SUBTYPES:
+        message = event
+    else:
+        return None
+    user = _str(message.get("user"))
+    chat_id = _str(event.get("channel")) or _str(message.get("channel"))
+    ts = _str(message.get("ts"))
+    if _is_from_bot(message, bot) or not user or not chat_id or not ts:
+        return None
+    thread_ts = _str(message.get("thread_ts"))
+    thread_id = thread_ts if thread_ts and thread_ts != ts else None
+    ref = ConversationRef(channel, chat_id, thread_id, _kind(event, chat_id))
+
+    text, mentioned = clean_text(_str(message.get("text")) or "", bot.user_id)
+    # A reply in a thread the bot started counts as talking to the bot.
+    replies_to_bot = thread_id is not None and message.get("parent_user_id") == bot.user_id
+    team = (
+        _str(message.get("user_team")) or _str(message.get("team")) or _str(body.get("team_id")) or bot.team_id or "?"
+    )
+    platform_id = _str(body.get("event_id")) or (
+        f"{chat_id}:{ts}:edit:{event.get('ts')}" if edited else f"{chat_id}:{ts}"
+    )
+    return MessageReceived(
+        event_id=f"{channel}:{platform_id}",
+        ref=ref,
+        sender=Actor(f"slack:{team}/{user}", _display_name(message)),
+        text=text,
+        mentions_bot=mentioned or replies_to_bot,
+        reply_to=MessageRef(ref, thread_id) if thread_id else None,
+        attachments=_attachments(message),
+        edited=edited,
+        raw=_without_token(body),
+    )
+
+
+def normalize_command(payload: Mapping[str, Any], *, channel: str) -> MessageReceived | None:
+    """A slash command payload -> MessageReceived with text "/<command> <text>".
+
+    A slash command is addressed to the bot by construction, so it counts as a mention.
+    """
+    command = _str(payload.get("command")) or ""
+    user = _str(payload.get("user_id"))
+    chat_id = _str(payload.get("channel_id")) or ""
+    trigger = _str(payload.get("trigger_id"))
+    if not command.startswith("/") or not user or not chat_id or not trigger:
+        return None
+    is_dm = payload.get("channel_name") == "directmessage" or chat_id.startswith("D")
+    ref = ConversationRef(channel, chat_id, None, ConversationKind.DM if is_dm else ConversationKind.GROUP)
+    team = _str(payload.get("team_id")) or "?"
+    args = (_str(payload.get("text")) or "").strip()
+    return MessageReceived(
+        event_id=f"{channel}:{trigger}",
+        ref=ref,
+        sender=Actor(f"slack:{team}/{user}", _str(payload.get("user_name"))),
+        text=f"{command} {args}".strip(),
+        mentions_bot=True,
+        raw=_without_token(payload),
+    )

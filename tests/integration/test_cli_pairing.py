@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import yaml
+
+from memory.storage import Storage
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def _cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={"PYTHONPATH": str(REPO)},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_pairing_list_and_approve_from_the_cli(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"storage": {"data_dir": str(tmp_path / "data")}}))
+    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/data/clawgate.db")
+    code = await storage.pairing.request("telegram:77", "telegram", "Quinn")
+    await storage.close()
+
+    rc, out, _ = await _cli("--config", str(config), "pairing", "list")
+    assert rc == 0 and code in out and "telegram:77" in out and "Quinn" in out
+    rc, _, err = await _cli("--config", str(config), "pairing", "approve", "NOPE42")
+    assert rc == 1 and "no pairing request" in err
+    rc, out, _ = await _cli("--config", str(config), "pairing", "approve", code.lower())
+    assert rc == 0 and "approved telegram:77" in out
+
+    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/data/clawgate.db")
+    try:
+        assert await storage.pairing.is_approved("telegram:77")
+    finally:
+        await storage.close()
