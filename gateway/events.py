@@ -66,6 +66,9 @@ class MessageReceived:
     reply_to: MessageRef | None = None
     attachments: tuple[Attachment, ...] = ()
     edited: bool = False  # an edit of an earlier message (same platform message, new text)
+    # False when nobody can watch the reply being written (an HTTP request waiting for its answer):
+    # the model is then asked for one answer instead of a stream.
+    wants_stream: bool = True
     received_at: datetime = field(default_factory=utcnow)
     raw: Any = field(default=None, compare=False, repr=False)
 
@@ -93,6 +96,7 @@ def event_to_payload(ev: MessageReceived) -> dict[str, Any]:
         "text": ev.text,
         "mentions_bot": ev.mentions_bot,
         "edited": ev.edited,
+        "wants_stream": ev.wants_stream,
         "attachments": [[a.kind, a.name, a.size] for a in ev.attachments],
         "reply_to": [ev.reply_to.conversation.chat_id, ev.reply_to.message_id] if ev.reply_to else None,
         "received_at": ev.received_at.isoformat(),
@@ -108,6 +112,7 @@ def event_from_payload(p: dict[str, Any]) -> MessageReceived:
         text=p["text"],
         mentions_bot=bool(p.get("mentions_bot")),
         edited=bool(p.get("edited")),
+        wants_stream=bool(p.get("wants_stream", True)),
         attachments=tuple(Attachment(k, n, s) for k, n, s in p.get("attachments") or ()),
         reply_to=MessageRef(ref, p["reply_to"][1]) if p.get("reply_to") else None,
         received_at=datetime.fromisoformat(p["received_at"]),

@@ -190,7 +190,7 @@ class OpenAIApi:
         ctx = ToolContext(user_id=user_id, session_key=key, timezone=self.config.timezone)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        turn = self.engine.run(agent, prompt, ctx)
+        turn = self.engine.run(agent, prompt, ctx, stream)
         if not stream:
             result: TurnResult | None = None
             async for item in turn:

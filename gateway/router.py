@@ -25,6 +25,7 @@ from memory.storage import Storage
 log = logging.getLogger("clawgate.router")
 
 MAX_ATTEMPTS = 3
+BUSY = "I'm still working through your earlier messages. Please send this one again in a moment."
 APOLOGY = "Sorry, I could not process your message because of an internal error. Please send it again."
 
 
@@ -89,12 +90,22 @@ class Router:
     async def handle(self, ev: MessageReceived) -> None:
         """The adapters' sink. Returns when the reply is delivered (or the event was a duplicate)."""
         adapter = self.adapters[ev.ref.channel]
-        if self.busy(ev):
+        busy = self.busy(ev)
+        if busy:
             self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
-            raise SessionBusy(ev.ref.session_key)
+            if not isinstance(self.config.channels.get(ev.ref.channel), ChatChannelConfig):
+                raise SessionBusy(ev.ref.session_key)  # HTTP callers get a 429 and retry
         if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key, event_to_payload(ev)):
             self.metrics.duplicates.labels(ev.ref.channel).inc()
             event(log, "inbound_duplicate", channel=ev.ref.channel, event_id=ev.event_id)
+            return
+        if busy:
+            # A chat platform cannot retry for us: tell the person instead of dropping the message.
+            event(log, "inbound_busy", logging.WARNING, channel=ev.ref.channel, event_id=ev.event_id)
+            ref = await self._notice(adapter, ev, BUSY)
+            await self.storage.journal.finish(
+                ev.event_id, "refused", sent=(reply_key(ev.event_id), ref) if ref else None
+            )
             return
         await self._process(ev, adapter)
 
@@ -224,7 +235,10 @@ class Router:
         try:
             async with adapter.typing(ev.ref):
                 delivered = await self.delivery.stream(
-                    adapter, ev.ref, ev.event_id, self.engine.run(agent, prompt, ctx)
+                    adapter,
+                    ev.ref,
+                    ev.event_id,
+                    self.engine.run(agent, prompt, ctx, ev.wants_stream and adapter.capabilities.can_edit),
                 )
             result = delivered.result
             message_id = delivered.ref.message_id if delivered.ref else None

@@ -76,6 +76,7 @@ class TurnEngine:
         agent: AgentConfig,
         prompt: list[dict[str, Any]],
         ctx: ToolContext,
+        stream: bool = True,
     ) -> AsyncIterator[TextDelta | Restart | TurnResult]:
         """Stream deltas; the last item is the TurnResult (also on failure: a notice text)."""
         chain = model_chain(self.config, agent)
@@ -92,7 +93,7 @@ class TurnEngine:
             final: Completion | None = None
             offer_tools = schemas if rounds < self.config.ai.max_tool_rounds else None
             try:
-                async for ev in self.llm.stream(chain, working, offer_tools):
+                async for ev in self.llm.stream(chain, working, offer_tools, stream):
                     if isinstance(ev, Completion):
                         final = ev
                     else:

@@ -26,7 +26,11 @@ def create_engine(url: str) -> AsyncEngine:
         path = url.split(":///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"check_same_thread": False})
+        # One connection: SQLite has one writer at a time anyway, and queueing in the pool is cheaper
+        # and safer than several connections fighting over the lock ("database is locked" under load).
+        engine = create_async_engine(
+            url, connect_args={"check_same_thread": False}, pool_size=1, max_overflow=0, pool_timeout=60
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(url, pool_pre_ping=True)

@@ -99,6 +99,11 @@ class Journal:
             return (str(row.status), row.message_id) if row else ("sending", None)
         return None
 
+    async def outbound_status(self, key: str) -> str | None:
+        async with self._engine.connect() as conn:
+            status = (await conn.execute(select(outbound.c.status).where(outbound.c.idempotency_key == key))).scalar()
+        return None if status is None else str(status)
+
     async def streaming(self, key: str, message_id: str) -> None:
         """The placeholder of a streamed reply is on screen: a resumed turn edits it, never reposts."""
         async with self._engine.begin() as conn:

@@ -157,13 +157,16 @@ class WebAdapter:
             self.config.allow_local_anonymous and self.config.is_loopback and peer in ("127.0.0.1", "::1", "localhost")
         )
 
-    def _event(self, user_id: str, conv: str | None, text: str, event_id: str | None) -> MessageReceived:
+    def _event(
+        self, user_id: str, conv: str | None, text: str, event_id: str | None, wants_stream: bool = True
+    ) -> MessageReceived:
         return MessageReceived(
             event_id=f"{self.name}:{user_id}:{event_id or uuid.uuid4().hex}",
             ref=self._conversation(user_id, conv),
             sender=Actor(f"web:{user_id}", user_id),
             text=text,
             mentions_bot=True,
+            wants_stream=wants_stream,
         )
 
     async def _run(self, ev: MessageReceived) -> tuple[str, str]:
@@ -236,7 +239,7 @@ class WebAdapter:
         idem = request.headers.get("Idempotency-Key")
         if idem is not None and not (0 < len(idem) <= 128):
             raise _json_error(400, "Idempotency-Key must be 1-128 characters")
-        ev = self._event(user_id, conv, text, idem)
+        ev = self._event(user_id, conv, text, idem, wants_stream=False)
         try:
             reply, message_id = await self._run(ev)
         except _DuplicateEvent:

@@ -109,8 +109,11 @@ async def test_long_replies_are_split_to_the_platform_limit(harness: Harness, tm
     storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/c.db")
     try:
         paragraph = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 8
-        text = "\n\n".join([paragraph] * (caps.max_length // len(paragraph) + 2)) if caps.max_length < 10_000 \
+        text = (
+            "\n\n".join([paragraph] * (caps.max_length // len(paragraph) + 2))
+            if caps.max_length < 10_000
             else paragraph
+        )
 
         async def turn() -> AsyncIterator[TurnResult]:
             yield TurnResult(text)

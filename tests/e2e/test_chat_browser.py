@@ -100,8 +100,7 @@ async def _chat(browser: Any, gateway: Gateway, fake_llm: FakeLLM) -> None:
             foreign_requests.append(req.url)
 
     def on_websocket(ws: Any) -> None:
-        ws.on("framereceived", lambda payload: frames.append(json.loads(payload)) if isinstance(payload, str)
-              else None)
+        ws.on("framereceived", lambda payload: frames.append(json.loads(payload)) if isinstance(payload, str) else None)
 
     page.on("pageerror", lambda exc: page_errors.append(str(exc)))
     page.on("console", on_console)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,13 +15,16 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.config_load import parse_config
+from tests.fakes.discord import FakeDiscord, user
 from tests.fakes.llm import FakeLLM, Gate, Reply
 from tests.fakes.slack import FakeSlack
 from tests.fakes.slack import Hang as SlackHang
 from tests.fakes.telegram import FakeTelegram
+from tests.waits import until
 
 TG_USER = 1001
 SLACK_USER = "U1001"
+DISCORD_USER = "1400000000000000001"
 
 
 @dataclass
@@ -29,6 +32,7 @@ class World:
     llm: FakeLLM
     tg: FakeTelegram
     slack: FakeSlack
+    discord: FakeDiscord
     http: aiohttp.ClientSession
     data_dir: Path
     gw: Gateway | None = None
@@ -61,6 +65,13 @@ class World:
                         "request_timeout": 2,
                         "dm_policy": "open",
                     },
+                    "discord": {
+                        "token": self.discord_token,
+                        "api_base_url": self.discord.api_base,
+                        "gateway_url": self.discord.gateway_url,
+                        "request_timeout": 2,
+                        "dm_policy": "open",
+                    },
                 },
             },
             "world",
@@ -83,6 +94,16 @@ class World:
         assert r.status == 200, await r.text()
         return str(body["event_id"])
 
+    @property
+    def discord_token(self) -> str:
+        from tests.fakes.discord import TOKEN
+
+        return TOKEN
+
+    async def discord_dm(self, text: str) -> None:
+        author = user(DISCORD_USER, "alex", global_name="Alex")
+        await self.discord.inject(self.discord.message("dm", text, author=author))
+
     async def tg_replies(self, n: int, timeout: float = 10) -> list[str]:
         sent = await self.tg.wait_sent(n, timeout)
         return [s.text for s in sent]
@@ -93,43 +114,52 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     llm = await FakeLLM().start()
     tg = await FakeTelegram().start()
     slack = await FakeSlack().start()
+    discord = await FakeDiscord().start()
     async with aiohttp.ClientSession() as http:
-        w = World(llm, tg, slack, http, tmp_path / "data")
+        w = World(llm, tg, slack, discord, http, tmp_path / "data")
         await w.start_gateway()
         try:
             yield w
         finally:
             if w.gw is not None:
                 await w.gw.stop(deadline=1)
+            await discord.stop()
             await slack.stop()
             await tg.stop()
             await llm.stop()
 
 
-async def until(cond: Callable[[], bool], timeout: float = 10) -> None:
-    """Bounded poll of state that has no event to wait on."""
-    async with asyncio.timeout(timeout):
-        while not cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-
-
-async def test_a_person_linked_across_platforms_is_one_user(world: World) -> None:
+async def link_code(world: World) -> str:
     await world.tg.dm("/link", sender=TG_USER)
     reply = (await world.tg_replies(1))[-1]
     code = re.search(r"code is ([A-Z0-9]{4}-[A-Z0-9]{4})", reply)
     assert code, reply
-    await world.slack_dm(f"/link {code.group(1)}")
-    posted = await world.slack.wait_posted(1)
-    assert "Linked" in posted[-1].text
+    return code.group(1)
+
+
+async def test_a_person_linked_across_telegram_and_discord_is_one_user(world: World) -> None:
+    await world.discord_dm(f"/link {await link_code(world)}")
+    linked = await world.discord.wait_outbox(1)
+    assert "Linked" in linked[-1].content
 
     await world.tg.dm("/whoami", sender=TG_USER)
     tg_who = (await world.tg_replies(2))[-1]
-    await world.slack_dm("/whoami")
-    slack_who = (await world.slack.wait_posted(2))[-1].text
-    for who in (tg_who, slack_who):
-        assert f"telegram:{TG_USER}" in who and f"slack:{world.slack.team_id}/{SLACK_USER}" in who
+    await world.discord_dm("/whoami")
+    discord_who = (await world.discord.wait_outbox(2))[-1].content
+    for who in (tg_who, discord_who):
+        assert f"telegram:{TG_USER}" in who and f"discord:{DISCORD_USER}" in who
     user_line = re.search(r"User: (\S+)", tg_who)
-    assert user_line and f"User: {user_line.group(1)}" in slack_who
+    assert user_line and f"User: {user_line.group(1)}" in discord_who
+
+
+async def test_linking_reaches_slack_too_and_codes_work_once(world: World) -> None:
+    code = await link_code(world)
+    await world.slack_dm(f"/link {code}")
+    assert "Linked" in (await world.slack.wait_posted(1))[-1].text
+    await world.discord_dm(f"/link {code}")
+    assert "Could not link" in (await world.discord.wait_outbox(1))[-1].content
+    await world.slack_dm("/whoami")
+    assert f"telegram:{TG_USER}" in (await world.slack.wait_posted(2))[-1].text
 
 
 async def test_a_stalled_slack_does_not_delay_telegram(world: World) -> None:
@@ -170,7 +200,10 @@ async def test_restart_mid_reply_does_not_double_post(world: World) -> None:
     await world.tg.dm("tell me a long story", sender=TG_USER)
     placeholder = await world.tg_replies(1)
     assert placeholder[-1] == "The first part"
-    assert world.gw is not None
+    assert world.gw is not None and world.gw.storage is not None
+    async with asyncio.timeout(10):  # the placeholder's id is journaled right after it is sent
+        while await world.gw.storage.journal.outbound_status("telegram:100001:reply") != "streaming":  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
     await world.gw.stop(deadline=0.2)  # the process goes away mid-reply
     world.gw = None
     world.llm.release()

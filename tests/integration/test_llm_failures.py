@@ -106,7 +106,23 @@ async def test_broken_stream_is_retried_without_duplicated_text(
     gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
 ) -> None:
     fake_llm.script(BreakStream("half an ans"), Reply("whole answer"))
-    assert await say(http, gateway, "hi") == "whole answer"
+    async with http.ws_connect(gateway.url + "/ws") as ws:
+        await ws.send_json({"type": "hello"})
+        while (await ws.receive_json(timeout=10))["type"] != "ready":
+            pass
+        await ws.send_json({"type": "message", "text": "hi"})
+        while not (frame := await ws.receive_json(timeout=10)).get("final"):
+            pass
+    assert frame["text"] == "whole answer"
+    assert [r["stream"] for r in fake_llm.requests] == [True, True]
+
+
+async def test_rest_requests_ask_the_model_for_one_answer(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    fake_llm.script(Reply("not streamed"))
+    assert await say(http, gateway, "hi") == "not streamed"
+    assert not fake_llm.requests[-1].get("stream")
 
 
 async def test_tool_calls_loop_and_are_bounded(

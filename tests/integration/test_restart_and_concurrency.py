@@ -18,6 +18,7 @@ import yaml
 from gateway.app import Gateway
 from tests.conftest import ALICE_TOKEN, auth, make_config
 from tests.fakes.llm import FakeLLM, Gate, Reply
+from tests.waits import until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,13 +29,6 @@ async def say(http: aiohttp.ClientSession, gw: Gateway | str, text: str, conv: s
     r = await http.post(url + "/api/v1/messages", json=body, headers=auth())
     assert r.status == 200, await r.text()
     return str((await r.json())["reply"])
-
-
-async def until(cond: Callable[[], bool], timeout: float = 10) -> None:
-    """Bounded poll of gateway-internal state that has no event to wait on."""
-    async with asyncio.timeout(timeout):
-        while not cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 async def test_sessions_survive_a_restart(tmp_path: Path, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:

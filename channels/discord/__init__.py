@@ -1,0 +1,1 @@
+"""Discord channel (discord.py). Import `channels.discord.adapter` only where the SDK may load."""

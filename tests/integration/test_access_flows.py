@@ -1,0 +1,107 @@
+"""Access policy end to end on Telegram: pairing, mentions in groups, roles for commands."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.app import Gateway
+from gateway.config_load import parse_config
+from tests.fakes.llm import FakeLLM
+from tests.fakes.telegram import FakeTelegram
+from tests.waits import until
+
+ADMIN = 9
+STRANGER = 1001
+
+
+@pytest.fixture
+async def tg_world(tmp_path: Path) -> AsyncIterator[tuple[Gateway, FakeTelegram, FakeLLM]]:
+    llm = await FakeLLM().start()
+    tg = await FakeTelegram().start()
+    config = parse_config(
+        {
+            "ai": {"model": "openai/fake-model", "api_base": llm.api_base, "api_key": "sk-test-0000000000000"},
+            "storage": {"data_dir": str(tmp_path / "data")},
+            "channels": {
+                "web": {"port": 0},
+                "telegram": {
+                    "token": tg.token,
+                    "api_base_url": tg.api_base_url,
+                    "poll_timeout": 1,
+                    "request_timeout": 2,
+                    "max_message_chars": 500,
+                },
+            },
+            "users": {"root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]}},
+        },
+        "t",
+        env={},
+    )
+    gw = Gateway(config)
+    await gw.start()
+    await gw.llm.ready()
+    try:
+        yield gw, tg, llm
+    finally:
+        await gw.stop(deadline=1)
+        await tg.stop()
+        await llm.stop()
+
+
+def texts_to(tg: FakeTelegram, chat_id: int) -> list[str]:
+    return [s.text for s in tg.sent if s.chat_id == chat_id and not s.edit]
+
+
+async def test_pairing_keeps_strangers_out_until_an_admin_approves(
+    tg_world: tuple[Gateway, FakeTelegram, FakeLLM],
+) -> None:
+    _gw, tg, llm = tg_world
+    await tg.dm("hello, who are you?", sender=STRANGER)
+    await until(lambda: bool(texts_to(tg, STRANGER)))
+    code = re.search(r"pairing code is ([A-Z0-9]{6})", texts_to(tg, STRANGER)[0])
+    assert code, texts_to(tg, STRANGER)
+    assert llm.requests == []  # nothing reaches the model before approval
+
+    await tg.dm("/pair", sender=ADMIN)
+    await until(lambda: bool(texts_to(tg, ADMIN)))
+    assert code.group(1) in texts_to(tg, ADMIN)[0]
+    await tg.dm(f"/pair approve {code.group(1)}", sender=ADMIN)
+    await until(lambda: len(texts_to(tg, ADMIN)) == 2)
+    assert f"Approved telegram:{STRANGER}" in texts_to(tg, ADMIN)[1]
+
+    await tg.dm("hello again", sender=STRANGER)
+    await until(lambda: any(s.text == "echo: hello again" for s in tg.sent))
+    assert len(llm.requests) == 1
+
+
+async def test_strangers_cannot_approve_themselves(tg_world: tuple[Gateway, FakeTelegram, FakeLLM]) -> None:
+    gw, tg, _llm = tg_world
+    await tg.dm("/pair approve ABCDEF", sender=STRANGER)
+    await until(lambda: bool(texts_to(tg, STRANGER)))
+    assert "pairing code" in texts_to(tg, STRANGER)[0]  # unpaired: even commands wait for approval
+    assert gw.storage is not None and not await gw.storage.pairing.is_approved(f"telegram:{STRANGER}")
+
+
+async def test_groups_need_a_mention_and_admins_for_reset(tg_world: tuple[Gateway, FakeTelegram, FakeLLM]) -> None:
+    _gw, tg, llm = tg_world
+    group = tg.group_chat()["id"]
+    await tg.group("just talking among ourselves", sender=STRANGER)
+    await tg.group("what do you think?", sender=STRANGER, mention=True)
+    await until(lambda: any(s.text == "echo: what do you think?" for s in tg.sent))
+    assert len(llm.requests) == 1  # the unmentioned message was ignored
+    await tg.group("/new", sender=STRANGER)
+    await until(lambda: any("not allowed" in t for t in texts_to(tg, group)))
+    await tg.group("/new", sender=ADMIN)
+    await until(lambda: any("Started a new conversation" in t for t in texts_to(tg, group)))
+
+
+async def test_oversized_messages_are_refused_with_a_reason(tg_world: tuple[Gateway, FakeTelegram, FakeLLM]) -> None:
+    _gw, tg, llm = tg_world
+    await tg.dm("x" * 501, sender=ADMIN)
+    await until(lambda: bool(texts_to(tg, ADMIN)))
+    assert "too long" in texts_to(tg, ADMIN)[0] and "500" in texts_to(tg, ADMIN)[0]
+    assert llm.requests == []
