@@ -89,6 +89,17 @@ class Router:
 
     async def handle(self, ev: MessageReceived) -> None:
         """The adapters' sink. Returns when the reply is delivered (or the event was a duplicate)."""
+        task = asyncio.current_task()
+        if task is None:
+            await self._handle(ev)
+            return
+        self._inflight.add(task)  # type: ignore[arg-type]
+        try:
+            await self._handle(ev)
+        finally:
+            self._inflight.discard(task)  # type: ignore[arg-type]
+
+    async def _handle(self, ev: MessageReceived) -> None:
         adapter = self.adapters[ev.ref.channel]
         busy = self.busy(ev)
         if busy:
@@ -292,5 +303,15 @@ class Router:
             event(log, "turn_crashed", logging.ERROR, error=type(exc).__name__, detail=str(exc)[:200])
 
     async def drain(self, timeout: float) -> None:
+        """Let turns in flight finish for up to `timeout` seconds; cancel and reap the rest.
+
+        Their events stay unfinished in the journal and are resumed at the next start.
+        """
         if self._inflight:
-            await asyncio.wait(self._inflight, timeout=timeout)
+            await asyncio.wait(set(self._inflight), timeout=timeout)
+        left = set(self._inflight)
+        for task in left:
+            task.cancel()
+        if left:
+            event(log, "turns_cancelled_at_shutdown", logging.WARNING, count=len(left))
+            await asyncio.wait(left, timeout=5)

@@ -99,8 +99,11 @@ class WebAdapter:
         for group in list(self._sockets.by_conv.values()):
             for ws in list(group):
                 await ws.close(code=1001, message=b"server shutting down")
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     async def send(self, msg: OutboundMessage) -> MessageRef:
         ref = MessageRef(msg.conversation, uuid.uuid4().hex)
