@@ -23,10 +23,12 @@ browser:
 
 test: setup browser
 	$(VENV)/bin/ruff check gateway channels memory tests benchmarks
+	$(VENV)/bin/mypy gateway memory channels
 	$(PY) -m pytest
 
 lint: setup
 	$(VENV)/bin/ruff check gateway channels memory tests benchmarks
+	$(VENV)/bin/mypy gateway memory channels
 
 bench: setup
 	$(PY) benchmarks/turn_overhead.py

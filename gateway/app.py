@@ -64,7 +64,7 @@ class Gateway:
             idents = list(user.identities)
             if user.tokens:
                 idents += [f"web:{uid}", f"api:{uid}"]
-            declared.append((uid, list(user.roles), sorted(set(idents), key=idents.index)))
+            declared.append((uid, [str(r) for r in user.roles], sorted(set(idents), key=idents.index)))
         for ch in self.config.web_channels().values():
             if ch.allow_local_anonymous and ch.is_loopback and ch.local_user not in self.config.users:
                 declared.append((ch.local_user, ["user"], [f"web:{ch.local_user}"]))

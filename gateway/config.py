@@ -149,15 +149,23 @@ class SlackChannelConfig(ChatChannelConfig):
     api_base_url: str = "https://slack.com/api/"
 
 
-ChannelConfig = Annotated[
-    WebChannelConfig | TelegramChannelConfig | DiscordChannelConfig | SlackChannelConfig,
-    Field(discriminator="type"),
-]
+AnyChannelConfig = WebChannelConfig | TelegramChannelConfig | DiscordChannelConfig | SlackChannelConfig
+ChannelConfig = Annotated[AnyChannelConfig, Field(discriminator="type")]
+
+
+def _default_channels() -> dict[str, AnyChannelConfig]:
+    return {"web": WebChannelConfig()}
+
+
 PLATFORM_TYPES = ("web", "telegram", "discord", "slack")
 
 
+def _default_roles() -> list[Role]:
+    return ["user"]
+
+
 class UserConfig(_Strict):
-    roles: list[Role] = Field(default_factory=lambda: ["user"])
+    roles: list[Role] = Field(default_factory=_default_roles)
     identities: list[str] = Field(default_factory=list)
     tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(default_factory=list)
 
@@ -186,7 +194,7 @@ class Config(_Strict):
     ai: AIConfig = Field(default_factory=AIConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
-    channels: dict[str, ChannelConfig] = Field(default_factory=lambda: {"web": WebChannelConfig()})
+    channels: dict[str, ChannelConfig] = Field(default_factory=_default_channels)
     users: dict[str, UserConfig] = Field(default_factory=dict)
     session: SessionConfig = Field(default_factory=SessionConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from pydantic import SecretStr, ValidationError
 
 from gateway.config import PLATFORM_TYPES, Config

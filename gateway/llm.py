@@ -193,7 +193,7 @@ class LLMClient:
 
     @staticmethod
     def _import() -> Any:
-        litellm = importlib.import_module("litellm")
+        litellm: Any = importlib.import_module("litellm")
         # Keep litellm's per-call work small: no telemetry, no debug banners, no cost callbacks.
         litellm.telemetry = False
         litellm.suppress_debug_info = True

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway import access, commands
 from gateway.config import ChatChannelConfig, Config
@@ -93,11 +94,11 @@ class Router:
         if task is None:
             await self._handle(ev)
             return
-        self._inflight.add(task)  # type: ignore[arg-type]
+        self._inflight.add(task)
         try:
             await self._handle(ev)
         finally:
-            self._inflight.discard(task)  # type: ignore[arg-type]
+            self._inflight.discard(task)
 
     async def _handle(self, ev: MessageReceived) -> None:
         adapter = self.adapters[ev.ref.channel]
@@ -290,8 +291,8 @@ class Router:
             self.spawn(self._process(ev, adapter))
         return len(pending)
 
-    def spawn(self, coro: object) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
         self._inflight.add(task)
         task.add_done_callback(self._done)
         return task

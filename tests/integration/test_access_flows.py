@@ -10,7 +10,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.config_load import parse_config
-from tests.fakes.llm import FakeLLM
+from tests.fakes.llm import FakeLLM, Gate, Reply
 from tests.fakes.telegram import FakeTelegram
 from tests.waits import until
 
@@ -19,7 +19,10 @@ STRANGER = 1001
 
 
 @pytest.fixture
-async def tg_world(tmp_path: Path) -> AsyncIterator[tuple[Gateway, FakeTelegram, FakeLLM]]:
+async def tg_world(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Gateway, FakeTelegram, FakeLLM]]:
+    session = getattr(request, "param", {})
     llm = await FakeLLM().start()
     tg = await FakeTelegram().start()
     config = parse_config(
@@ -37,6 +40,7 @@ async def tg_world(tmp_path: Path) -> AsyncIterator[tuple[Gateway, FakeTelegram,
                 },
             },
             "users": {"root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]}},
+            "session": session,
         },
         "t",
         env={},
@@ -105,3 +109,18 @@ async def test_oversized_messages_are_refused_with_a_reason(tg_world: tuple[Gate
     await until(lambda: bool(texts_to(tg, ADMIN)))
     assert "too long" in texts_to(tg, ADMIN)[0] and "500" in texts_to(tg, ADMIN)[0]
     assert llm.requests == []
+
+
+@pytest.mark.parametrize("tg_world", [{"max_pending_per_session": 1}], indirect=True)
+async def test_a_full_session_queue_is_answered_not_dropped(
+    tg_world: tuple[Gateway, FakeTelegram, FakeLLM],
+) -> None:
+    _gw, tg, llm = tg_world
+    llm.script(Gate(Reply("slow answer")))
+    await tg.dm("first", sender=ADMIN)
+    await llm.wait_requests(1)
+    await tg.dm("second, too soon", sender=ADMIN)
+    await until(lambda: any("still working" in t for t in texts_to(tg, ADMIN)))
+    llm.release()
+    await until(lambda: any(s.text == "slow answer" for s in tg.sent))
+    assert len(llm.requests) == 1  # the refused message never reached the model
