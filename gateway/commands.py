@@ -127,8 +127,7 @@ async def _link(ctx: CommandContext, args: str) -> str:
         )
     if not ctx.limiter.allow(f"link:{identity}"):
         return "Too many link attempts. Wait a few minutes and try again."
-    declared = {i for u in ctx.config.users.values() for i in u.identities}
-    if identity in declared:
+    if identity in ctx.config.declared_identities():
         return "This account is assigned to a user in config.yaml; an operator can change it there."
     try:
         owner = await ctx.storage.links.redeem(args, identity)

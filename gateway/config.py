@@ -268,6 +268,10 @@ class Config(_Strict):
                     )
         return problems
 
+    def declared_identities(self) -> frozenset[str]:
+        """Identities the operator assigned to users here (trusted on every platform)."""
+        return frozenset(i for u in self.users.values() for i in u.identities)
+
     def agent(self, name: str | None) -> AgentConfig | None:
         if name in (None, "", "default"):
             return self.agents.list[0]

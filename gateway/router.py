@@ -54,7 +54,7 @@ class Router:
         self.metrics = metrics
         self._slots: dict[str, _Slot] = {}
         self._limiter = commands.AttemptLimiter()
-        self._declared = {i for u in config.users.values() for i in u.identities}
+        self._declared = config.declared_identities()
         self._inflight: set[asyncio.Task[None]] = set()
 
     def session_key_for(self, ref: ConversationRef, user: User) -> str:
@@ -114,10 +114,7 @@ class Router:
         if busy:
             # A chat platform cannot retry for us: tell the person instead of dropping the message.
             event(log, "inbound_busy", logging.WARNING, channel=ev.ref.channel, event_id=ev.event_id)
-            ref = await self._notice(adapter, ev, BUSY)
-            await self.storage.journal.finish(
-                ev.event_id, "refused", sent=(reply_key(ev.event_id), ref) if ref else None
-            )
+            await self._answer(adapter, ev, BUSY, "refused")
             return
         await self._process(ev, adapter)
 
@@ -127,18 +124,20 @@ class Router:
         if not isinstance(cfg, ChatChannelConfig):
             return True  # the web channel authenticates every request itself
         refusal: str | None = None
-        status = "ignored"
         if ev.edited:
             event(log, "inbound_edit_ignored", channel=ev.ref.channel, event_id=ev.event_id)
-            await self.storage.journal.finish(ev.event_id, status)
+            await self.storage.journal.finish(ev.event_id, "ignored")
             return False
+        declared = ev.sender.identity in self._declared
+        # Only an undeclared DM sender under the pairing policy needs the (database) pairing lookup.
+        needs_pairing = ev.ref.kind == ConversationKind.DM and cfg.dm_policy == "pairing" and not declared
         decision = access.decide(
             cfg,
             ev,
             user_id=user.id,
             roles=user.roles,
-            declared=ev.sender.identity in self._declared,
-            paired=cfg.dm_policy == "pairing" and await self.storage.pairing.is_approved(ev.sender.identity),
+            declared=declared,
+            paired=needs_pairing and await self.storage.pairing.is_approved(ev.sender.identity),
             is_command=is_command,
         )
         if decision.verdict == access.Verdict.PAIR:
@@ -170,8 +169,10 @@ class Router:
             identity=ev.sender.identity,
             reason=decision.reason,
         )
-        ref = await self._notice(adapter, ev, refusal) if refusal else None
-        await self.storage.journal.finish(ev.event_id, status, sent=(reply_key(ev.event_id), ref) if ref else None)
+        if refusal:
+            await self._answer(adapter, ev, refusal, "ignored")
+        else:
+            await self.storage.journal.finish(ev.event_id, "ignored")
         return False
 
     async def _process(self, ev: MessageReceived, adapter: Adapter) -> None:
@@ -188,9 +189,7 @@ class Router:
             try:
                 if parsed is not None:
                     ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage, self._limiter)
-                    text = await commands.dispatch(ctx, *parsed)
-                    ref = await self._notice(adapter, ev, text)
-                    await self.storage.journal.finish(ev.event_id, sent=(reply_key(ev.event_id), ref))
+                    await self._answer(adapter, ev, await commands.dispatch(ctx, *parsed))
                     outcome = "command"
                 else:
                     outcome = await self._turn(ev, adapter, user, key)
@@ -220,18 +219,24 @@ class Router:
             ms=(time.perf_counter() - started) * 1000,
         )
 
-    async def _notice(self, adapter: Adapter, ev: MessageReceived, text: str, key: str | None = None) -> str | None:
+    async def _answer(
+        self, adapter: Adapter, ev: MessageReceived, text: str, status: str = "done", key: str | None = None
+    ) -> None:
+        """A one-shot reply (command output, refusal, notice), then the event is finished with `status`.
+
+        The reply is recorded as sent only when it was: a failed or duplicate send leaves its
+        outbound record as it was.
+        """
+        key = key or reply_key(ev.event_id)
         try:
             ref = await self.delivery.notice(adapter, ev.ref, ev.event_id, text, key)
         except DeliveryError:
-            return None
-        return ref.message_id if ref else None
+            ref = None
+        await self.storage.journal.finish(ev.event_id, status, sent=(key, ref.message_id) if ref else None)
 
     async def _apologize(self, adapter: Adapter, ev: MessageReceived) -> None:
-        key = f"{ev.event_id}:error"
         try:
-            ref = await self._notice(adapter, ev, APOLOGY, key)
-            await self.storage.journal.finish(ev.event_id, "failed", sent=(key, ref))
+            await self._answer(adapter, ev, APOLOGY, "failed", key=f"{ev.event_id}:error")
         except Exception as exc:
             event(log, "apology_failed", logging.ERROR, event_id=ev.event_id, error=type(exc).__name__)
 
@@ -285,8 +290,7 @@ class Router:
                 continue
             recorded = await self.storage.sessions.reply_for_event(p.event_id)
             if recorded is not None:
-                ref = await self._notice(adapter, ev, recorded.content)
-                await self.storage.journal.finish(p.event_id, sent=(reply_key(p.event_id), ref))
+                await self._answer(adapter, ev, recorded.content)
                 continue
             self.spawn(self._process(ev, adapter))
         return len(pending)

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.events import utcnow
 from memory.schema import inbound_events, outbound
@@ -19,6 +19,20 @@ class PendingEvent:
     channel: str
     payload: dict[str, Any]
     attempts: int
+
+
+async def finish_in(
+    conn: AsyncConnection, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None
+) -> None:
+    """Mark an inbound event finished and, when given, its reply (idempotency key, message id) sent,
+    inside the caller's transaction."""
+    await conn.execute(
+        update(inbound_events).where(inbound_events.c.event_id == event_id).values(status=status, finished_at=utcnow())
+    )
+    if sent is not None:
+        await conn.execute(
+            update(outbound).where(outbound.c.idempotency_key == sent[0]).values(status="sent", message_id=sent[1])
+        )
 
 
 class Journal:
@@ -46,17 +60,7 @@ class Journal:
 
     async def finish(self, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None) -> None:
         async with self._engine.begin() as conn:
-            await conn.execute(
-                update(inbound_events)
-                .where(inbound_events.c.event_id == event_id)
-                .values(status=status, finished_at=utcnow())
-            )
-            if sent is not None:
-                await conn.execute(
-                    update(outbound)
-                    .where(outbound.c.idempotency_key == sent[0])
-                    .values(status="sent", message_id=sent[1])
-                )
+            await finish_in(conn, event_id, status, sent)
 
     async def unfinished(self) -> list[PendingEvent]:
         async with self._engine.connect() as conn:

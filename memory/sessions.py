@@ -15,7 +15,8 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.events import utcnow
-from memory.schema import inbound_events, messages, outbound, sessions
+from memory.journal import finish_in
+from memory.schema import messages, sessions
 from memory.tokens import estimate_tokens
 
 
@@ -131,8 +132,8 @@ class SessionStore:
         finish_event: str | None = None,
         sent: tuple[str, str | None] | None = None,
     ) -> None:
-        """Write messages, and optionally mark their inbound event done and the reply sent, in one
-        transaction: after a crash either all of the turn is recorded or none of it."""
+        """Write messages, and optionally mark their inbound event done (and, with it, the reply
+        sent), in one transaction: after a crash either all of the turn is recorded or none of it."""
         now = utcnow()
         tokens = [m.tokens for m in new]
         async with self._engine.begin() as conn:
@@ -163,17 +164,7 @@ class SessionStore:
                     )
                 )
             if finish_event is not None:
-                await conn.execute(
-                    update(inbound_events)
-                    .where(inbound_events.c.event_id == finish_event)
-                    .values(status="done", finished_at=now)
-                )
-            if sent is not None:
-                await conn.execute(
-                    update(outbound)
-                    .where(outbound.c.idempotency_key == sent[0])
-                    .values(status="sent", message_id=sent[1])
-                )
+                await finish_in(conn, finish_event, "done", sent)
         state.recent.extend(new)
         state.message_count += len(new)
         state.token_count += sum(tokens)
