@@ -19,6 +19,7 @@ from channels.slack.errors import SlackStartError
 from gateway.config import SlackChannelConfig
 from gateway.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.ports import ChannelServices, DeliveryError
+from tests.fakes.serve import serve_loopback
 from tests.fakes.slack import ApiError, FakeSlack, Hang, RateLimited, ServerError
 
 COMMANDS = (("help", "list commands"), ("new", "start a new conversation"), ("reset", "same as /new"))
@@ -46,12 +47,8 @@ class Running:
         return await asyncio.wait_for(self.inbound.get(), timeout)
 
     async def serve(self) -> None:
-        self._runner = web.AppRunner(self.http, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/slack/events"
+        self._runner, base = await serve_loopback(self.http)
+        self.url = f"{base}/slack/events"
 
     async def close(self) -> None:
         await self.adapter.stop()

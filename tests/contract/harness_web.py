@@ -16,6 +16,7 @@ from gateway.config import WebChannelConfig
 from gateway.events import ConversationKind, ConversationRef, MessageReceived
 from gateway.ports import Adapter, ChannelServices, HistoryItem
 from tests.contract.harness import Sent, Where
+from tests.fakes.serve import serve_loopback
 
 
 async def _no_history(_ref: ConversationRef, _identity: str) -> list[HistoryItem]:
@@ -31,7 +32,7 @@ class WebHarness:
         self._app = web.Application()
         services = ChannelServices(http=self._app, authenticate=lambda _t: None, history=_no_history)
         self.adapter: Adapter = channels.create("web", WebChannelConfig(port=0), services)
-        self._runner = web.AppRunner(self._app, access_log=None)
+        self._runner: web.AppRunner | None = None
         self._http: aiohttp.ClientSession | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -44,11 +45,7 @@ class WebHarness:
         await self.inbound.put(ev)
 
     async def start(self) -> None:
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(self._app)
         await self.adapter.start(self._sink)
         self._http = aiohttp.ClientSession()
         await self._connect()
@@ -83,7 +80,8 @@ class WebHarness:
         if self._http is not None:
             await self._http.close()
         await self.adapter.stop()
-        await self._runner.cleanup()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     async def inject(
         self, where: Where, text: str, *, sender: str = "1001", mention: bool = False, from_self: bool = False

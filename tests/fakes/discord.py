@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.serve import serve_loopback
+
 TOKEN = "fake-discord-bot-token.0123456789"
 BOT_ID = "1100000000000000001"
 APP_ID = BOT_ID  # a bot user's id is its application's id
@@ -177,12 +179,7 @@ class FakeDiscord:
         app.router.add_put(f"{api}/applications/{{app}}/commands", self._put_commands)
         app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._interaction_callback)
         app.router.add_get("/gateway", self._gateway)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app, shutdown_timeout=1.0)
         return self
 
     async def stop(self) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.serve import serve_loopback
+
 
 @dataclass
 class Reply:
@@ -93,12 +95,7 @@ class FakeLLM:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app)
         return self
 
     def release(self) -> None:

@@ -35,6 +35,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.serve import serve_loopback
+
 BOT_ID = 7_000_001
 BOT_USERNAME = "clawgate_test_bot"
 TOKEN = f"{BOT_ID}:AAFakeTokenForLocalTestsOnly_0123456789"
@@ -333,12 +335,7 @@ class FakeTelegram:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app, shutdown_timeout=1)
         return self
 
     async def stop(self) -> None:
