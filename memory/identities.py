@@ -6,10 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.events import utcnow
+from memory.db import Database
 from memory.schema import identities, users
 
 
@@ -28,32 +29,60 @@ def _user_id_for(identity: str) -> str:
     return identity.replace(":", "-").replace("/", "-")[:128]
 
 
+def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[str]]]) -> None:
+    now = utcnow()
+    for uid, roles, idents in declared:
+        row = conn.execute(select(users.c.id).where(users.c.id == uid)).first()
+        if row is None:
+            conn.execute(insert(users).values(id=uid, roles=list(roles), created_at=now))
+        else:
+            conn.execute(update(users).where(users.c.id == uid).values(roles=list(roles)))
+        for ident in idents:
+            owner = conn.execute(select(identities.c.user_id).where(identities.c.identity == ident)).scalar()
+            if owner is None:
+                conn.execute(insert(identities).values(identity=ident, user_id=uid, created_at=now))
+            elif owner != uid:
+                conn.execute(update(identities).where(identities.c.identity == ident).values(user_id=uid))
+
+
+def _load_user(conn: Connection, user_id: str) -> User | None:
+    row = conn.execute(select(users).where(users.c.id == user_id)).first()
+    if row is None:
+        return None
+    idents = conn.execute(
+        select(identities.c.identity)
+        .where(identities.c.user_id == user_id)
+        .order_by(identities.c.created_at, identities.c.identity)
+    ).scalars()
+    return User(id=row.id, roles=tuple(row.roles), identities=tuple(idents))
+
+
+def _owner(conn: Connection, identity: str) -> str | None:
+    owner = conn.execute(select(identities.c.user_id).where(identities.c.identity == identity)).scalar()
+    return None if owner is None else str(owner)
+
+
+def _insert_user(conn: Connection, uid: str, identity: str, display_name: str | None) -> bool:
+    """Create user `uid` owning `identity`; False when that user id is taken."""
+    if conn.execute(select(users.c.id).where(users.c.id == uid)).first():
+        return False
+    now = utcnow()
+    conn.execute(insert(users).values(id=uid, roles=["user"], created_at=now))
+    conn.execute(insert(identities).values(identity=identity, user_id=uid, display_name=display_name, created_at=now))
+    return True
+
+
 class IdentityStore:
     """Resolves identities to users. Declared users come from config; others are created on contact."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, db: Database) -> None:
+        self._db = db
         self._by_identity: dict[str, str] = {}
         self._users: dict[str, User] = {}
 
     async def sync_declared(self, declared: Iterable[tuple[str, list[str], list[str]]]) -> None:
         """Apply config-declared users (id, roles, identities); config wins over what was stored."""
-        now = utcnow()
-        async with self._engine.begin() as conn:
-            for uid, roles, idents in declared:
-                row = (await conn.execute(select(users.c.id).where(users.c.id == uid))).first()
-                if row is None:
-                    await conn.execute(insert(users).values(id=uid, roles=list(roles), created_at=now))
-                else:
-                    await conn.execute(update(users).where(users.c.id == uid).values(roles=list(roles)))
-                for ident in idents:
-                    owner = (
-                        await conn.execute(select(identities.c.user_id).where(identities.c.identity == ident))
-                    ).scalar()
-                    if owner is None:
-                        await conn.execute(insert(identities).values(identity=ident, user_id=uid, created_at=now))
-                    elif owner != uid:
-                        await conn.execute(update(identities).where(identities.c.identity == ident).values(user_id=uid))
+        await self._db.write(_sync_declared, list(declared))
         self._by_identity.clear()
         self._users.clear()
 
@@ -67,29 +96,16 @@ class IdentityStore:
     async def get_user(self, user_id: str) -> User | None:
         if user_id in self._users:
             return self._users[user_id]
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(select(users).where(users.c.id == user_id))).first()
-            if row is None:
-                return None
-            idents = (
-                await conn.execute(
-                    select(identities.c.identity)
-                    .where(identities.c.user_id == user_id)
-                    .order_by(identities.c.created_at, identities.c.identity)
-                )
-            ).scalars()
-            user = User(id=row.id, roles=tuple(row.roles), identities=tuple(idents))
-        self._users[user_id] = user
+        user = await self._db.read(_load_user, user_id)
+        if user is not None:
+            self._users[user_id] = user
         return user
 
     async def resolve(self, identity: str, display_name: str | None = None) -> User:
         """The user behind an identity, creating a new `user` on first contact."""
         uid = self._by_identity.get(identity)
         if uid is None:
-            async with self._engine.connect() as conn:
-                uid = (
-                    await conn.execute(select(identities.c.user_id).where(identities.c.identity == identity))
-                ).scalar()
+            uid = await self._db.read(_owner, identity)
             if uid is None:
                 uid = await self._create(identity, display_name)
             self._by_identity[identity] = uid
@@ -99,27 +115,14 @@ class IdentityStore:
 
     async def _create(self, identity: str, display_name: str | None) -> str:
         base = _user_id_for(identity)
-        now = utcnow()
         for attempt in range(100):
             uid = base if attempt == 0 else f"{base}-{attempt}"
             try:
-                async with self._engine.begin() as conn:
-                    exists = (await conn.execute(select(users.c.id).where(users.c.id == uid))).first()
-                    if exists:
-                        continue
-                    await conn.execute(insert(users).values(id=uid, roles=["user"], created_at=now))
-                    await conn.execute(
-                        insert(identities).values(
-                            identity=identity, user_id=uid, display_name=display_name, created_at=now
-                        )
-                    )
-                return uid
+                if await self._db.write(_insert_user, uid, identity, display_name):
+                    return uid
             except IntegrityError:
                 # Another task created this identity concurrently: use theirs.
-                async with self._engine.connect() as conn:
-                    owner = (
-                        await conn.execute(select(identities.c.user_id).where(identities.c.identity == identity))
-                    ).scalar()
+                owner = await self._db.read(_owner, identity)
                 if owner:
-                    return str(owner)
+                    return owner
         raise RuntimeError(f"could not allocate a user id for {identity}")

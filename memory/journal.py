@@ -5,12 +5,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Insert, bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gateway.events import utcnow
+from memory.db import Database
 from memory.schema import inbound_events, outbound
+
+# Every turn runs these; built once so a call only binds parameters (bindparam names must differ
+# from column names).
+_RECORD = insert(inbound_events)
+_CLAIM = insert(outbound)
+_FINISH = (
+    update(inbound_events)
+    .where(inbound_events.c.event_id == bindparam("b_event_id"))
+    .values(status=bindparam("b_status"), finished_at=bindparam("b_at"))
+)
+_SENT = (
+    update(outbound)
+    .where(outbound.c.idempotency_key == bindparam("b_key"))
+    .values(status="sent", message_id=bindparam("b_message_id"))
+)
+_STREAMING = (
+    update(outbound)
+    .where(outbound.c.idempotency_key == bindparam("b_key"))
+    .values(status="streaming", message_id=bindparam("b_message_id"))
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,65 +42,85 @@ class PendingEvent:
     attempts: int
 
 
-async def finish_in(
-    conn: AsyncConnection, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None
+def finish_in(
+    conn: Connection, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None
 ) -> None:
     """Mark an inbound event finished and, when given, its reply (idempotency key, message id) sent,
     inside the caller's transaction."""
-    await conn.execute(
-        update(inbound_events).where(inbound_events.c.event_id == event_id).values(status=status, finished_at=utcnow())
-    )
+    conn.execute(_FINISH, {"b_event_id": event_id, "b_status": status, "b_at": utcnow()})
     if sent is not None:
-        await conn.execute(
-            update(outbound).where(outbound.c.idempotency_key == sent[0]).values(status="sent", message_id=sent[1])
-        )
+        conn.execute(_SENT, {"b_key": sent[0], "b_message_id": sent[1]})
+
+
+def _insert(conn: Connection, statement: Insert, row: dict[str, Any]) -> None:
+    conn.execute(statement, row)
+
+
+def _outbound_row(conn: Connection, key: str) -> tuple[str, str | None] | None:
+    row = conn.execute(
+        select(outbound.c.status, outbound.c.message_id).where(outbound.c.idempotency_key == key)
+    ).first()
+    return None if row is None else (str(row.status), row.message_id)
+
+
+def _unfinished(conn: Connection) -> list[PendingEvent]:
+    rows = conn.execute(
+        select(inbound_events).where(inbound_events.c.status == "received").order_by(inbound_events.c.received_at)
+    ).all()
+    return [PendingEvent(r.event_id, r.channel, r.payload, r.attempts) for r in rows]
+
+
+def _bump_attempts(conn: Connection, event_id: str) -> None:
+    conn.execute(
+        update(inbound_events)
+        .where(inbound_events.c.event_id == event_id)
+        .values(attempts=inbound_events.c.attempts + 1)
+    )
+
+
+def _outbound_status(conn: Connection, key: str) -> str | None:
+    status = conn.execute(select(outbound.c.status).where(outbound.c.idempotency_key == key)).scalar()
+    return None if status is None else str(status)
+
+
+def _streaming(conn: Connection, key: str, message_id: str) -> None:
+    conn.execute(_STREAMING, {"b_key": key, "b_message_id": message_id})
+
+
+def _counts(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(inbound_events.c.status, func.count()).group_by(inbound_events.c.status)).all()
+    return {str(s): int(n) for s, n in rows}
 
 
 class Journal:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     async def record(self, event_id: str, channel: str, session_key: str, payload: dict[str, Any]) -> bool:
         """Journal an inbound event before it is processed. False when it was seen before."""
+        row = {
+            "event_id": event_id,
+            "channel": channel,
+            "session_key": session_key,
+            "payload": payload,
+            "status": "received",
+            "received_at": utcnow(),
+            "attempts": 0,
+        }
         try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(inbound_events).values(
-                        event_id=event_id,
-                        channel=channel,
-                        session_key=session_key,
-                        payload=payload,
-                        status="received",
-                        received_at=utcnow(),
-                        attempts=0,
-                    )
-                )
+            await self._db.write(_insert, _RECORD, row)
         except IntegrityError:
             return False
         return True
 
     async def finish(self, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None) -> None:
-        async with self._engine.begin() as conn:
-            await finish_in(conn, event_id, status, sent)
+        await self._db.write(finish_in, event_id, status, sent)
 
     async def unfinished(self) -> list[PendingEvent]:
-        async with self._engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(inbound_events)
-                    .where(inbound_events.c.status == "received")
-                    .order_by(inbound_events.c.received_at)
-                )
-            ).all()
-        return [PendingEvent(r.event_id, r.channel, r.payload, r.attempts) for r in rows]
+        return await self._db.read(_unfinished)
 
     async def bump_attempts(self, event_id: str) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                update(inbound_events)
-                .where(inbound_events.c.event_id == event_id)
-                .values(attempts=inbound_events.c.attempts + 1)
-            )
+        await self._db.write(_bump_attempts, event_id)
 
     async def claim_send(self, key: str, channel: str) -> tuple[str, str | None] | None:
         """Reserve an outbound idempotency key before sending.
@@ -88,40 +129,19 @@ class Journal:
         attempt: `sending` (it may or may not have arrived), `streaming` (a placeholder with that id
         is on screen and may be edited), `sent`, or `failed`.
         """
+        row = {"idempotency_key": key, "channel": channel, "status": "sending", "created_at": utcnow()}
         try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(outbound).values(idempotency_key=key, channel=channel, status="sending", created_at=utcnow())
-                )
+            await self._db.write(_insert, _CLAIM, row)
         except IntegrityError:
-            async with self._engine.connect() as conn:
-                row = (
-                    await conn.execute(
-                        select(outbound.c.status, outbound.c.message_id).where(outbound.c.idempotency_key == key)
-                    )
-                ).first()
-            return (str(row.status), row.message_id) if row else ("sending", None)
+            return await self._db.read(_outbound_row, key) or ("sending", None)
         return None
 
     async def outbound_status(self, key: str) -> str | None:
-        async with self._engine.connect() as conn:
-            status = (await conn.execute(select(outbound.c.status).where(outbound.c.idempotency_key == key))).scalar()
-        return None if status is None else str(status)
+        return await self._db.read(_outbound_status, key)
 
     async def streaming(self, key: str, message_id: str) -> None:
         """The placeholder of a streamed reply is on screen: a resumed turn edits it, never reposts."""
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                update(outbound)
-                .where(outbound.c.idempotency_key == key)
-                .values(status="streaming", message_id=message_id)
-            )
+        await self._db.write(_streaming, key, message_id)
 
     async def counts(self) -> dict[str, int]:
-        from sqlalchemy import func
-
-        async with self._engine.connect() as conn:
-            rows = (
-                await conn.execute(select(inbound_events.c.status, func.count()).group_by(inbound_events.c.status))
-            ).all()
-        return {str(s): int(n) for s, n in rows}
+        return await self._db.read(_counts)

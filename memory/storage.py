@@ -1,11 +1,8 @@
-"""One handle on the database: engine, migrations and the stores built on it."""
+"""One handle on the database: migrations and the stores built on it."""
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from memory.db import create_engine, migrate
+from memory.db import Database
 from memory.identities import IdentityStore
 from memory.journal import Journal
 from memory.links import LinkStore, PairingStore
@@ -13,27 +10,27 @@ from memory.sessions import SessionStore
 
 
 class Storage:
-    def __init__(self, engine: AsyncEngine, history_messages: int = 40) -> None:
-        self.engine = engine
-        self.identities = IdentityStore(engine)
-        self.sessions = SessionStore(engine, history_messages)
-        self.journal = Journal(engine)
-        self.links = LinkStore(engine)
-        self.pairing = PairingStore(engine)
+    def __init__(self, db: Database, history_messages: int = 40) -> None:
+        self.db = db
+        self.identities = IdentityStore(db)
+        self.sessions = SessionStore(db, history_messages)
+        self.journal = Journal(db)
+        self.links = LinkStore(db)
+        self.pairing = PairingStore(db)
 
     @classmethod
     async def open(cls, url: str, history_messages: int = 40) -> Storage:
-        engine = create_engine(url)
-        await migrate(engine)
-        return cls(engine, history_messages)
+        """Open the database at `url`, bring its schema up to date and build the stores."""
+        db = Database(url)
+        try:
+            await db.migrate()
+        except BaseException:
+            await db.close()
+            raise
+        return cls(db, history_messages)
 
     async def ping(self) -> bool:
-        try:
-            async with self.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-        except Exception:
-            return False
-        return True
+        return await self.db.ping()
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        await self.db.close()

@@ -106,7 +106,7 @@ async def test_replies_go_to_the_thread(harness: Harness) -> None:
 
 async def test_long_replies_are_split_to_the_platform_limit(harness: Harness, tmp_path: Path) -> None:
     caps = harness.adapter.capabilities
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/c.db")
+    storage = await Storage.open(f"sqlite:///{tmp_path}/c.db")
     try:
         paragraph = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 8
         text = (

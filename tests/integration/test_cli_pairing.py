@@ -29,7 +29,7 @@ async def _cli(*args: str) -> tuple[int, str, str]:
 async def test_pairing_list_and_approve_from_the_cli(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"storage": {"data_dir": str(tmp_path / "data")}}))
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/data/clawgate.db")
+    storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     code = await storage.pairing.request("telegram:77", "telegram", "Quinn")
     await storage.close()
 
@@ -40,7 +40,7 @@ async def test_pairing_list_and_approve_from_the_cli(tmp_path: Path) -> None:
     rc, out, _ = await _cli("--config", str(config), "pairing", "approve", code.lower())
     assert rc == 0 and "approved telegram:77" in out
 
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/data/clawgate.db")
+    storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:
         assert await storage.pairing.is_approved("telegram:77")
     finally:

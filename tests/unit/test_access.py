@@ -97,7 +97,7 @@ def test_audience_defaults_and_overrides() -> None:
 
 
 async def test_link_codes_are_single_use_and_expire(tmp_path: Path) -> None:
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/l.db")
+    storage = await Storage.open(f"sqlite:///{tmp_path}/l.db")
     try:
         alice = await storage.identities.resolve("telegram:1")
         code = await storage.links.create(alice.id, "telegram:1")
@@ -116,7 +116,7 @@ async def test_link_codes_are_single_use_and_expire(tmp_path: Path) -> None:
 
 
 async def test_pairing_requests(tmp_path: Path) -> None:
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/p.db")
+    storage = await Storage.open(f"sqlite:///{tmp_path}/p.db")
     try:
         code = await storage.pairing.request("telegram:7", "tg", "Zoe")
         assert await storage.pairing.request("telegram:7", "tg", "Zoe") == code  # one code per person

@@ -57,7 +57,7 @@ CONV = ConversationRef("rec", "chat")
 
 @pytest.fixture
 async def delivery(tmp_path: Path) -> AsyncIterator[Delivery]:
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path}/d.db")
+    storage = await Storage.open(f"sqlite:///{tmp_path}/d.db")
     yield Delivery(storage.journal, send_retries=2)
     await storage.close()
 
