@@ -7,6 +7,7 @@
     .venv/bin/python benchmarks/turn_overhead.py --json     # JSON instead of Markdown on stdout
     .venv/bin/python benchmarks/turn_overhead.py --json out.json   # Markdown on stdout, JSON to a file
     .venv/bin/python benchmarks/turn_overhead.py --profile gw.pstats  # + a cProfile of the gateway
+    .venv/bin/python benchmarks/turn_overhead.py --transport litellm  # every call via litellm.acompletion
 
 Three processes, so that each one's CPU is counted apart:
   * the fake LLM: a minimal OpenAI-compatible aiohttp server (JSON and SSE, answers at once);
@@ -16,8 +17,9 @@ Three processes, so that each one's CPU is counted apart:
     session) and the orchestration. The baselines (bare LiteLLM and plain aiohttp calls to the
     same fake) run in a fourth, short-lived process, before the gateway starts.
 
-"Gateway's own work" = gateway CPU per turn - LiteLLM streaming CPU per call, where the LiteLLM
-call is made exactly as the gateway makes it (`LLMClient._one_call`, same prompt shape and tools).
+"Gateway's own work" = gateway CPU per turn - the CPU of the model call a REST turn makes, measured
+apart exactly as the gateway makes it (`LLMClient.stream`, one JSON answer, same prompt shape and
+tools, same transport: direct OpenAI wire by default, `--transport litellm` for litellm.acompletion).
 
 The children run with PYTHONHASHSEED=0 unless it is set. The machine's other load is reported per
 scenario ("other procs", in cores): a run next to a busy test suite is not comparable.
@@ -51,12 +53,13 @@ if str(ROOT) not in sys.path:
 TOKEN = "bench-token-0123456789abcdef"
 API_KEY = "sk-bench-not-a-real-key-000000"
 MODEL = "openai/fake-model"  # --model changes it (a model LiteLLM knows prices differently)
+TRANSPORT = "auto"  # --transport litellm sends every model call through litellm.acompletion
 REPLY = "This is the fake model's reply to your benchmark message."
 REPLY_CHUNKS = 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 TARGETS = {
-    "own_cpu_ms": 2.0,  # gateway CPU per turn beyond LiteLLM's streaming call
+    "own_cpu_ms": 2.0,  # gateway CPU per turn beyond the model call it makes
     "one_session_p50_ms": 10.0,
     "turns_per_s": 150.0,
     "startup_ready_s": 3.0,
@@ -167,7 +170,13 @@ async def _until_stdin_closes(on_line: Callable[[str], None] | None = None) -> N
 
 def gateway_config_data(api_base: str, data_dir: str) -> dict[str, Any]:
     return {
-        "ai": {"model": MODEL, "api_base": api_base, "api_key": API_KEY, "timeout_seconds": 30},
+        "ai": {
+            "model": MODEL,
+            "api_base": api_base,
+            "api_key": API_KEY,
+            "timeout_seconds": 30,
+            "transport": TRANSPORT,
+        },
         "storage": {"data_dir": data_dir},
         "channels": {"web": {"host": "127.0.0.1", "port": 0}},
         "users": {"bench": {"roles": ["user"], "tokens": [TOKEN]}},
@@ -244,7 +253,6 @@ async def baseline_main(api_base: str, calls: int, history_turns: int) -> None:
     t0 = time.perf_counter()
     litellm = LLMClient._import()  # the gateway's own litellm settings
     import_s = time.perf_counter() - t0
-    client = LLMClient(timeout=30, retries=0)
     spec = ModelSpec(model=MODEL, api_base=api_base, api_key=API_KEY)
     bare_msgs = [{"role": "user", "content": "benchmark message"}]
     gw_msgs, gw_tools = gateway_shaped_prompt(history_turns)
@@ -260,19 +268,20 @@ async def baseline_main(api_base: str, calls: int, history_turns: int) -> None:
         text = [c.choices[0].delta.content or "" async for c in r if c.choices]
         assert "".join(text) == REPLY
 
-    async def litellm_as_gateway() -> None:
-        last = None
-        async for ev in client._one_call(litellm, spec, gw_msgs, gw_tools):
-            last = ev
-        assert isinstance(last, Completion) and last.text == REPLY, last
+    def through_client(transport: str, stream: bool) -> Callable[[], Awaitable[None]]:
+        # Exactly the model call a turn makes: LLMClient.stream with the gateway's kwargs, prompt and tools.
+        client = LLMClient(timeout=30, retries=0, transport=transport)
+        clients.append(client)
 
-    async def litellm_json_as_gateway() -> None:
-        # What a REST turn makes: nobody watches the reply being written, so it is not streamed.
-        last = None
-        async for ev in client._one_json_call(litellm, spec, gw_msgs, gw_tools):
-            last = ev
-        assert isinstance(last, Completion) and last.text == REPLY, last
+        async def call() -> None:
+            last = None
+            async for ev in client.stream([spec], gw_msgs, gw_tools, stream=stream):
+                last = ev
+            assert isinstance(last, Completion) and last.text == REPLY, last
 
+        return call
+
+    clients: list[LLMClient] = []
     async with aiohttp.ClientSession() as http:
 
         async def aiohttp_json() -> None:
@@ -304,9 +313,13 @@ async def baseline_main(api_base: str, calls: int, history_turns: int) -> None:
             await _measure("aiohttp_stream", aiohttp_stream, calls, warm),
             await _measure("litellm_json", litellm_json, calls, warm),
             await _measure("litellm_stream", litellm_stream, calls, warm),
-            await _measure("litellm_stream_as_gateway", litellm_as_gateway, calls, warm),
-            await _measure("litellm_json_as_gateway", litellm_json_as_gateway, calls, warm),
+            await _measure("call_stream_litellm", through_client("litellm", True), calls, warm),
+            await _measure("call_json_litellm", through_client("litellm", False), calls, warm),
+            await _measure("call_stream_direct", through_client("auto", True), calls, warm),
+            await _measure("call_json_direct", through_client("auto", False), calls, warm),
         ]
+        for client in clients:
+            await client.aclose()
     wall = time.perf_counter() - wall0
     others_cores = max(0.0, machine_busy_s() - busy0 - (time.process_time() - own0)) / wall
     try:
@@ -335,7 +348,7 @@ async def storage_ops(n: int) -> dict[str, float]:
     from memory.storage import Storage
 
     with tempfile.TemporaryDirectory(prefix="clawgate-bench-db-") as tmp:
-        st = await Storage.open(f"sqlite+aiosqlite:///{tmp}/bench.sqlite3", 40)
+        st = await Storage.open(f"sqlite:///{tmp}/bench.sqlite3", 40)
         try:
             await st.identities.sync_declared([("bench", ["user"], ["web:bench", "api:bench"])])
             key = "web:dm:bench:storage"
@@ -434,7 +447,17 @@ class Child:
     """A role of this script in a subprocess; its first stdout line is a JSON hello."""
 
     def __init__(self, role: str, *args: str, log: Path) -> None:
-        self.argv = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--model", MODEL, *args]
+        self.argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--role",
+            role,
+            "--model",
+            MODEL,
+            "--transport",
+            TRANSPORT,
+            *args,
+        ]
         self.log = log
         self.proc: asyncio.subprocess.Process | None = None
         self.spawned = 0.0
@@ -621,8 +644,8 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         error_lines = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
 
     lite = {r["name"]: r for r in baseline["results"]}
-    # REST turns ask for one JSON answer (LLMClient._one_json_call): that is LiteLLM's share of a turn.
-    stream_cpu = lite["litellm_json_as_gateway"]["cpu_ms"]
+    # REST turns ask for one JSON answer, through the transport the gateway uses: the model call's share.
+    call_cpu = lite[f"call_json_{'litellm' if TRANSPORT == 'litellm' else 'direct'}"]["cpu_ms"]
     return {
         "environment": {
             "python": platform.python_version(),
@@ -633,6 +656,7 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "baseline_calls": calls,
             "prompt_history_turns": history,
             "model": MODEL,
+            "transport": TRANSPORT,
         },
         "startup": {
             "ready_s": ready_s,
@@ -645,7 +669,7 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         "scenarios": scenarios,
         "baselines": baseline["results"],
         "baseline_other_processes_cores": baseline["others_cores"],
-        "own_work_cpu_ms": {s["name"]: s["gateway_cpu_ms"] - stream_cpu for s in scenarios},
+        "own_work_cpu_ms": {s["name"]: s["gateway_cpu_ms"] - call_cpu for s in scenarios},
         "own_work_vs_bare_json_cpu_ms": {
             s["name"]: s["gateway_cpu_ms"] - lite["litellm_json"]["cpu_ms"] for s in scenarios
         },
@@ -661,7 +685,7 @@ def targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     own = max(res["own_work_cpu_ms"].values())
     return [
         (
-            "gateway's own CPU per turn beyond LiteLLM (worst scenario)",
+            "gateway's own CPU per turn beyond the model call (worst scenario)",
             f"< {TARGETS['own_cpu_ms']:g} ms",
             f"{own:.2f} ms",
             own < TARGETS["own_cpu_ms"],
@@ -697,7 +721,8 @@ def markdown(res: dict[str, Any]) -> str:
     env, st = res["environment"], res["startup"]
     out = [
         f"## clawgate turn overhead (zero-latency fake LLM)\n\n"
-        f"Python {env['python']}, LiteLLM {env['litellm']}, {env['cpus']} CPUs, model `{env['model']}`; "
+        f"Python {env['python']}, LiteLLM {env['litellm']}, {env['cpus']} CPUs, model `{env['model']}`, "
+        f"transport `{env['transport']}`; "
         f"{env['turns']} turns per scenario, {env['baseline_calls']} calls per baseline.\n",
         "### Gateway, POST /api/v1/messages\n",
         "| scenario | turns | errors | turns/s | p50 ms | p90 ms | p99 ms | gateway CPU ms/turn "
@@ -724,11 +749,14 @@ def markdown(res: dict[str, Any]) -> str:
             f"{b['cpu_ms']:.2f} |"
         )
     out += [
-        "\n`litellm_*_as_gateway` are `LLMClient._one_call` (streamed, for chat pages and platforms that "
-        "edit) and `LLMClient._one_json_call` (one answer, what a REST turn makes), with the gateway's kwargs, "
-        f"system prompt, {env['prompt_history_turns']} earlier turns of history and the tool schemas. "
-        "Own work = gateway CPU per turn - `litellm_json_as_gateway`'s CPU. Against the bare `litellm_json` "
-        "call instead: " + ", ".join(f"{k} {v:.2f} ms" for k, v in res["own_work_vs_bare_json_cpu_ms"].items()) + ".",
+        "\n`call_*` rows are `LLMClient.stream`, the model call a turn makes, with the gateway's system "
+        f"prompt, {env['prompt_history_turns']} earlier turns of history and the tool schemas: `stream` for "
+        "chat pages and platforms that edit, `json` (one answer) for REST turns; `litellm` through "
+        "`litellm.acompletion`, `direct` through `gateway/openai_wire.py` (what `ai.transport: auto` uses "
+        "for an OpenAI-compatible `api_base`). Own work = gateway CPU per turn - the `call_json_*` row of "
+        "the run's transport. Against the bare `litellm_json` call instead: "
+        + ", ".join(f"{k} {v:.2f} ms" for k, v in res["own_work_vs_bare_json_cpu_ms"].items())
+        + ".",
     ]
     storage = res.get("storage_ops_cpu_ms")
     if isinstance(storage, dict):
@@ -764,7 +792,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    global MODEL
+    global MODEL, TRANSPORT
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--turns", type=int, default=None, help="turns per scenario (default 1000, --quick 200)")
     p.add_argument("--calls", type=int, default=None, help="calls per baseline (default 400, --quick 100)")
@@ -779,12 +807,19 @@ def main() -> int:
     )
     p.add_argument("--profile", metavar="PATH", help="also cProfile the gateway over an extra 100-session run")
     p.add_argument("--model", default=MODEL, help=f"LiteLLM model id sent to the fake (default {MODEL})")
+    p.add_argument(
+        "--transport",
+        choices=["auto", "litellm"],
+        default=TRANSPORT,
+        help="the gateway's ai.transport (default auto: direct to the OpenAI-compatible fake)",
+    )
     p.add_argument("--role", choices=["fake", "gateway", "baseline"], help=argparse.SUPPRESS)
     p.add_argument("--api-base", help=argparse.SUPPRESS)
     p.add_argument("--data-dir", help=argparse.SUPPRESS)
     p.add_argument("--history", type=int, default=10, help=argparse.SUPPRESS)
     args = p.parse_args()
     MODEL = args.model
+    TRANSPORT = args.transport
     if args.role == "fake":
         asyncio.run(fake_main())
         return 0

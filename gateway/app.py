@@ -46,6 +46,7 @@ class Gateway:
             max_concurrent=config.ai.max_concurrent_calls,
             temperature=config.ai.temperature,
             metrics=self.metrics,
+            transport=config.ai.transport,
         )
         self.auth = TokenAuth(config)
         self._runner: web.AppRunner | None = None
@@ -130,6 +131,7 @@ class Gateway:
                 event(log, "adapter_stop_failed", logging.WARNING, error=type(exc).__name__)
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.llm.aclose()
         if self.storage is not None:
             await self.storage.close()
         event(log, "gateway_stopped")

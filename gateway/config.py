@@ -37,6 +37,9 @@ class AIConfig(_Strict):
     max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
     max_tool_rounds: Annotated[int, Field(ge=0, le=20)] = 4
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    # auto: requests LiteLLM routes to an OpenAI-compatible server at api_base go out directly
+    # (gateway/openai_wire.py); litellm: every request through litellm.acompletion.
+    transport: Literal["auto", "litellm"] = "auto"
 
 
 class AgentConfig(_Strict):
@@ -66,7 +69,7 @@ class StorageConfig(_Strict):
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite+aiosqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
+        return f"sqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
 
 
 class WebChannelConfig(_Strict):

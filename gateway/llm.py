@@ -2,6 +2,11 @@
 
 litellm takes ~4 s to import, so it is loaded in a thread after the gateway is ready; a turn
 that arrives earlier waits for it. Errors are classified by exception type, never by text.
+
+LiteLLM routes every model id. When it routes one to a plain OpenAI-compatible server at a
+configured `api_base`, the request goes out through `gateway.openai_wire` instead of
+`litellm.acompletion` (same wire format, a twentieth of the CPU); `ai.transport: litellm` turns
+that off.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.logs import event
+from gateway.openai_wire import OpenAIWire, WireError
 
 log = logging.getLogger("clawgate.llm")
 
@@ -117,6 +123,8 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def classify(exc: BaseException) -> tuple[str, int | None]:
     """Map a litellm/openai exception (by type) to a stable kind and HTTP status."""
+    if isinstance(exc, WireError):
+        return exc.kind, exc.status
     import litellm
     import openai
 
@@ -157,6 +165,8 @@ def classify(exc: BaseException) -> tuple[str, int | None]:
 
 
 def _retry_after(exc: BaseException) -> float | None:
+    if isinstance(exc, WireError):
+        return exc.retry_after
     headers = getattr(exc, "headers", None) or getattr(getattr(exc, "response", None), "headers", None)
     if not headers:
         return None
@@ -177,6 +187,7 @@ class LLMClient:
         max_concurrent: int = 16,
         temperature: float | None = None,
         metrics: Any = None,
+        transport: str = "auto",
     ) -> None:
         self.timeout = timeout
         self.retries = retries
@@ -186,6 +197,9 @@ class LLMClient:
         self._litellm: Any = None
         self._loading: asyncio.Task[Any] | None = None
         self._metrics = metrics
+        self.transport = transport
+        self._wire = OpenAIWire()
+        self._direct_routes: dict[ModelSpec, tuple[str, str] | None] = {}
 
     def start_loading(self) -> None:
         if self._loading is None and self._litellm is None:
@@ -204,6 +218,25 @@ class LLMClient:
         litellm.failure_callback = []
         litellm.set_verbose = False
         return litellm
+
+    async def aclose(self) -> None:
+        await self._wire.close()
+
+    def _direct_route(self, litellm: Any, spec: ModelSpec) -> tuple[str, str] | None:
+        """(URL, model name) when LiteLLM routes `spec` to a plain OpenAI-compatible server at a
+        configured `api_base`: those requests skip litellm.acompletion (see gateway.openai_wire)."""
+        if spec in self._direct_routes:
+            return self._direct_routes[spec]
+        route = None
+        if self.transport == "auto" and spec.api_base:
+            try:
+                model, provider, _key, _base = litellm.get_llm_provider(model=spec.model, api_base=spec.api_base)
+            except Exception:
+                provider = None  # not a model id LiteLLM knows: its own call reports that
+            if provider == "openai":
+                route = (spec.api_base.rstrip("/") + "/chat/completions", model)
+        self._direct_routes[spec] = route
+        return route
 
     @property
     def loaded(self) -> bool:
@@ -251,8 +284,14 @@ class LLMClient:
                     emitted = False
                     started = time.perf_counter()
                     try:
-                        calls = self._one_call if stream else self._one_json_call
-                        async for ev in calls(litellm, spec, messages, tools):
+                        route = self._direct_route(litellm, spec)
+                        if route is not None:
+                            events = self._direct_call(litellm, route, spec, messages, tools, stream)
+                        elif stream:
+                            events = self._one_call(litellm, spec, messages, tools)
+                        else:
+                            events = self._one_json_call(litellm, spec, messages, tools)
+                        async for ev in events:
                             if isinstance(ev, TextDelta):
                                 emitted = True
                             yield ev
@@ -320,25 +359,13 @@ class LLMClient:
         async with asyncio.timeout(self.timeout):
             response = await litellm.acompletion(**self._kwargs(spec, messages, tools, stream=False))
         message = response.choices[0].message
-        text = message.content or ""
-        tool_calls = [
-            {
-                "id": tc.id or f"call_{i}",
-                "type": "function",
-                "function": {"name": tc.function.name or "", "arguments": tc.function.arguments or ""},
-            }
-            for i, tc in enumerate(getattr(message, "tool_calls", None) or ())
-        ]
-        if text:
-            yield TextDelta(text)
-        usage = getattr(response, "usage", None)
-        yield Completion(
-            model=spec.model,
-            text=text,
-            tool_calls=tool_calls,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
-        )
+        reply = _Reply()
+        if message.content:
+            yield reply.text(message.content)
+        for i, tc in enumerate(getattr(message, "tool_calls", None) or ()):
+            reply.tool_call(i, tc.id, tc.function.name, tc.function.arguments)
+        reply.usage = getattr(response, "usage", None)
+        yield reply.completion(spec.model)
 
     async def _one_call(
         self, litellm: Any, spec: ModelSpec, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
@@ -346,9 +373,7 @@ class LLMClient:
         kwargs = self._kwargs(spec, messages, tools, stream=True)
         async with asyncio.timeout(self.timeout):
             response = await litellm.acompletion(**kwargs)
-        parts: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        usage = None
+        reply = _Reply()
         iterator = response.__aiter__()
         while True:
             try:
@@ -356,9 +381,9 @@ class LLMClient:
                     chunk = await iterator.__anext__()
             except StopAsyncIteration:
                 break
-            usage = getattr(chunk, "usage", None) or usage
+            reply.usage = getattr(chunk, "usage", None) or reply.usage
             if not chunk.choices:
-                if usage is not None:
+                if reply.usage is not None:
                     # The usage chunk is the provider's last. Stopping here spares litellm a second
                     # full rebuild of the response and its cost bookkeeping (about 4 ms CPU a turn).
                     closer = getattr(response, "aclose", None)
@@ -369,27 +394,86 @@ class LLMClient:
             delta = chunk.choices[0].delta
             text = getattr(delta, "content", None)
             if text:
-                parts.append(text)
-                yield TextDelta(text)
+                yield reply.text(text)
             for tc in getattr(delta, "tool_calls", None) or ():
-                slot = calls.setdefault(
-                    tc.index or 0, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-                )
-                if tc.id:
-                    slot["id"] = tc.id
                 fn = tc.function
-                if fn is not None:
-                    if fn.name:
-                        slot["function"]["name"] += fn.name
-                    if fn.arguments:
-                        slot["function"]["arguments"] += fn.arguments
-        tool_calls = [calls[i] for i in sorted(calls)]
+                reply.tool_call(tc.index or 0, tc.id, fn.name if fn else None, fn.arguments if fn else None)
+        yield reply.completion(spec.model)
+
+    async def _direct_call(
+        self,
+        litellm: Any,
+        route: tuple[str, str],
+        spec: ModelSpec,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        stream: bool,
+    ) -> AsyncIterator[LLMEvent]:
+        url, model = route
+        # The key LiteLLM's OpenAI provider would use: configured, else litellm's, else the environment.
+        api_key = spec.api_key or litellm.api_key or litellm.openai_key or os.environ.get("OPENAI_API_KEY")
+        if not api_key:
+            raise WireError("credentials", None, "no API key")
+        body: dict[str, Any] = {"model": model, "messages": messages, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if tools:
+            body["tools"] = tools
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        reply = _Reply()
+        async for data in self._wire.chat(url, api_key, body, self.timeout):
+            if data.get("usage"):
+                reply.usage = _Usage(data["usage"])
+            choices = data.get("choices") or ()
+            if not choices:
+                continue
+            part = (choices[0].get("delta") if stream else choices[0].get("message")) or {}
+            if part.get("content"):
+                yield reply.text(part["content"])
+            for i, tc in enumerate(part.get("tool_calls") or ()):
+                fn = tc.get("function") or {}
+                reply.tool_call(tc.get("index", i), tc.get("id"), fn.get("name"), fn.get("arguments"))
+        yield reply.completion(spec.model)
+
+
+class _Usage:
+    """Token counts of a wire answer, read like LiteLLM's usage object."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.prompt_tokens = data.get("prompt_tokens")
+        self.completion_tokens = data.get("completion_tokens")
+
+
+class _Reply:
+    """A model's answer as it arrives (whole or in deltas), from either transport."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Any = None
+
+    def text(self, text: str) -> TextDelta:
+        self.parts.append(text)
+        return TextDelta(text)
+
+    def tool_call(self, index: int, call_id: str | None, name: str | None, arguments: str | None) -> None:
+        slot = self.calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        if call_id:
+            slot["id"] = call_id
+        if name:
+            slot["function"]["name"] += name
+        if arguments:
+            slot["function"]["arguments"] += arguments
+
+    def completion(self, model: str) -> Completion:
+        tool_calls = [self.calls[i] for i in sorted(self.calls)]
         for i, tc in enumerate(tool_calls):
             tc["id"] = tc["id"] or f"call_{i}"
-        yield Completion(
-            model=spec.model,
-            text="".join(parts),
+        return Completion(
+            model=model,
+            text="".join(self.parts),
             tool_calls=tool_calls,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
+            prompt_tokens=getattr(self.usage, "prompt_tokens", None),
+            completion_tokens=getattr(self.usage, "completion_tokens", None),
         )

@@ -1,12 +1,26 @@
-"""Retries, fallbacks, timeouts and clear failure messages, through LiteLLM against the fake."""
+"""Retries, fallbacks, timeouts and clear failure messages against the fake, on both transports:
+the direct OpenAI-wire client (`ai.transport: auto`) and litellm.acompletion (`litellm`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import aiohttp
+import pytest
 
 from gateway.app import Gateway
 from tests.conftest import auth
 from tests.fakes.llm import BreakStream, Fail, FakeLLM, Hang, Reply
+
+
+@pytest.fixture(params=["auto", "litellm"])
+def gateway_factory(request: pytest.FixtureRequest, gateway_factory: Callable[..., Any]) -> Callable[..., Any]:
+    async def factory(fake: FakeLLM | None, **overrides: Any) -> Gateway:
+        overrides.setdefault("ai__transport", request.param)
+        return await gateway_factory(fake, **overrides)
+
+    return factory
 
 
 async def say(http: aiohttp.ClientSession, gw: Gateway, text: str) -> str:
@@ -147,3 +161,12 @@ async def test_tool_calls_loop_and_are_bounded(
         assert "unknown tool" in fake_llm.requests[-1]["messages"][-1]["content"]
     finally:
         await gw.stop()
+
+
+async def test_each_transport_is_the_one_used(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:
+    await say(http, gateway, "hi")
+    agent = fake_llm.requests[-1]["_headers"].get("User-Agent", "")
+    if gateway.config.ai.transport == "auto":
+        assert "aiohttp" in agent, agent  # gateway/openai_wire.py
+    else:
+        assert "OpenAI" in agent, agent  # the openai SDK inside litellm
