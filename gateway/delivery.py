@@ -1,6 +1,6 @@
 """Deliver a streamed reply through an adapter: placeholder + throttled edits where editing
-exists, one message otherwise. The outbound idempotency key is claimed before the first send,
-so a restarted turn never posts the same reply twice."""
+exists, one message otherwise. On platforms with durable sends the outbound idempotency key is
+claimed before the first send, so a restarted turn never posts the same reply twice."""
 
 from __future__ import annotations
 
@@ -25,10 +25,13 @@ def reply_key(event_id: str) -> str:
     return f"{event_id}:reply"
 
 
+Sent = tuple[str, str | None]  # an outbound record to mark sent: (idempotency key, platform message id)
+
+
 @dataclass(slots=True)
 class Delivered:
     result: TurnResult
-    ref: MessageRef | None  # None when nothing was sent (a duplicate, or a failed send)
+    sent: Sent | None  # None when nothing was sent (a duplicate), or nothing was claimed
 
 
 class Delivery:
@@ -44,7 +47,7 @@ class Delivery:
         stream: AsyncIterator[TextDelta | Restart | TurnResult],
     ) -> Delivered:
         key = reply_key(event_id)
-        earlier = await self._journal.claim_send(key, adapter.name)
+        earlier = await self._claim(adapter, key)
         caps = adapter.capabilities
         ref: MessageRef | None = None
         if earlier is not None and earlier[0] == "streaming" and earlier[1] and caps.can_edit:
@@ -74,7 +77,8 @@ class Delivery:
             try:
                 if ref is None:
                     ref = await adapter.send(OutboundMessage(conv, text, key, event_id, final=False))
-                    await self._journal.streaming(key, ref.message_id)
+                    if caps.durable_sends:
+                        await self._journal.streaming(key, ref.message_id)
                 else:
                     await adapter.edit(ref, text, final=False)
                 shown, next_edit = text, now + caps.min_edit_interval
@@ -88,18 +92,30 @@ class Delivery:
         if earlier is not None:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return Delivered(result, None)
-        return Delivered(result, await self._complete(adapter, conv, key, event_id, result.text, ref))
+        ref = await self._complete(adapter, conv, key, event_id, result.text, ref)
+        return Delivered(result, self._sent(adapter, key, ref))
 
     async def notice(
         self, adapter: Adapter, conv: ConversationRef, event_id: str, text: str, key: str | None = None
-    ) -> MessageRef | None:
+    ) -> Sent | None:
         """A one-shot reply (command output, refusals), under the same idempotency rule."""
         key = key or reply_key(event_id)
-        earlier = await self._journal.claim_send(key, adapter.name)
+        earlier = await self._claim(adapter, key)
         if earlier is not None:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return None
-        return await self._complete(adapter, conv, key, event_id, text, None)
+        ref = await self._complete(adapter, conv, key, event_id, text, None)
+        return self._sent(adapter, key, ref)
+
+    async def _claim(self, adapter: Adapter, key: str) -> Sent | None:
+        """None to go ahead; else (status, message id) of an earlier attempt (Journal.claim_send)."""
+        if not adapter.capabilities.durable_sends:
+            return None
+        return await self._journal.claim_send(key, adapter.name)
+
+    @staticmethod
+    def _sent(adapter: Adapter, key: str, ref: MessageRef) -> Sent | None:
+        return (key, ref.message_id) if adapter.capabilities.durable_sends else None
 
     async def _complete(
         self, adapter: Adapter, conv: ConversationRef, key: str, event_id: str, text: str, ref: MessageRef | None

@@ -24,6 +24,10 @@ class Capabilities:
     max_length: int = 4000
     length: Callable[[str], int] = _len
     min_edit_interval: float = 1.0
+    # A sent message stays on the platform, so sending it again after a crash would show it twice:
+    # every send is claimed in the outbound journal first. False where the session history is the
+    # record and a send only pushes to whoever is connected (the web channel).
+    durable_sends: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway import access, commands
 from gateway.config import ChatChannelConfig, Config
-from gateway.delivery import Delivery, reply_key
+from gateway.delivery import Delivery
 from gateway.events import ConversationKind, ConversationRef, MessageReceived, event_from_payload, event_to_payload
 from gateway.logs import event
 from gateway.metrics import Metrics
@@ -227,12 +227,11 @@ class Router:
         The reply is recorded as sent only when it was: a failed or duplicate send leaves its
         outbound record as it was.
         """
-        key = key or reply_key(ev.event_id)
         try:
-            ref = await self.delivery.notice(adapter, ev.ref, ev.event_id, text, key)
+            sent = await self.delivery.notice(adapter, ev.ref, ev.event_id, text, key)
         except DeliveryError:
-            ref = None
-        await self.storage.journal.finish(ev.event_id, status, sent=(key, ref.message_id) if ref else None)
+            sent = None
+        await self.storage.journal.finish(ev.event_id, status, sent=sent)
 
     async def _apologize(self, adapter: Adapter, ev: MessageReceived) -> None:
         try:
@@ -248,7 +247,7 @@ class Router:
         prompt = build_messages(agent, list(state.recent), [user_msg])
         ctx = ToolContext(user_id=user.id, session_key=key, timezone=self.config.timezone)
         outcome = "ok"
-        message_id: str | None = None
+        sent = None
         try:
             async with adapter.typing(ev.ref):
                 delivered = await self.delivery.stream(
@@ -258,7 +257,7 @@ class Router:
                     self.engine.run(agent, prompt, ctx, ev.wants_stream and adapter.capabilities.can_edit),
                 )
             result = delivered.result
-            message_id = delivered.ref.message_id if delivered.ref else None
+            sent = delivered.sent
             if result.error is not None:
                 outcome = "llm_error"
         except DeliveryError:
@@ -270,7 +269,7 @@ class Router:
             state,
             [user_msg, *produced],
             finish_event=ev.event_id,
-            sent=(reply_key(ev.event_id), message_id) if message_id else None,
+            sent=sent,
         )
         return outcome
 

@@ -71,8 +71,15 @@ class WebAdapter:
         self.name = name
         self.config = config
         self.services = services
+        # Not durable: a reply lives in the session history, and a send only pushes it to the open
+        # page or the waiting request, so nothing needs claiming before it goes out.
         self.capabilities = Capabilities(
-            can_edit=True, typing=True, threads=True, max_length=1_000_000, min_edit_interval=0.05
+            can_edit=True,
+            typing=True,
+            threads=True,
+            max_length=1_000_000,
+            min_edit_interval=0.05,
+            durable_sends=False,
         )
         self._sink: EventSink | None = None
         self._pending: dict[str, _Pending] = {}

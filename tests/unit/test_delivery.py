@@ -71,7 +71,7 @@ async def turn(*pieces: str | Restart, final: str | None = None) -> AsyncIterato
 async def test_streams_by_editing_one_message(delivery: Delivery) -> None:
     ad = RecordingAdapter(Capabilities(can_edit=True, max_length=1000, min_edit_interval=0))
     out = await delivery.stream(ad, CONV, "e1", turn("Hel", "lo ", "world"))
-    assert out.ref is not None
+    assert out.sent == ("e1:reply", "1")
     assert ad.ops[0] == ("send", "1", "Hel")
     assert ad.ops[-1] == ("edit", "1", "Hello world")
     assert {op[1] for op in ad.ops} == {"1"}
@@ -118,8 +118,18 @@ async def test_same_event_is_never_delivered_twice(delivery: Delivery) -> None:
     assert await delivery.notice(ad, CONV, "e1", "once") is not None
     assert await delivery.notice(ad, CONV, "e1", "once") is None
     out = await delivery.stream(ad, CONV, "e1", turn("again"))
-    assert out.ref is None
+    assert out.sent is None
     assert ad.ops == [("send", "1", "once")]
+
+
+async def test_sends_that_leave_nothing_behind_are_not_claimed(delivery: Delivery) -> None:
+    # The web channel: the history is the record, and a repeated push harms nobody.
+    ad = RecordingAdapter(Capabilities(can_edit=True, max_length=1000, min_edit_interval=0, durable_sends=False))
+    out = await delivery.stream(ad, CONV, "e1", turn("Hel", "lo"))
+    assert out.sent is None
+    assert await delivery._journal.outbound_status("e1:reply") is None
+    await delivery.stream(ad, CONV, "e1", turn("again"))
+    assert ad.ops[-1] == ("edit", "2", "again")
 
 
 async def test_final_edit_is_retried_after_rate_limit(delivery: Delivery) -> None:
