@@ -348,7 +348,7 @@ async def storage_ops(n: int) -> dict[str, float]:
     from memory.storage import Storage
 
     with tempfile.TemporaryDirectory(prefix="clawgate-bench-db-") as tmp:
-        st = await Storage.open(f"sqlite:///{tmp}/bench.sqlite3", 40)
+        st = await Storage.open(f"sqlite:///{tmp}/bench.sqlite3")
         try:
             await st.identities.sync_declared([("bench", ["user"], ["web:bench", "api:bench"])])
             key = "web:dm:bench:storage"

@@ -20,13 +20,16 @@ from gateway.delivery import Delivery
 from gateway.events import ConversationRef
 from gateway.llm import LLMClient
 from gateway.logs import event, setup_logging
+from gateway.memory_tools import search_archive_tool
 from gateway.metrics import Metrics
 from gateway.openai_api import OpenAIApi
 from gateway.ports import Adapter, ChannelServices, HistoryItem
 from gateway.router import Router
 from gateway.server import add_ops_routes, build_app
-from gateway.tools import ToolRegistry
+from gateway.session_memory import SessionMemory
+from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
+from memory.daily import DailyFiles
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.app")
@@ -39,6 +42,7 @@ class Gateway:
         self.storage: Storage | None = None
         self.adapters: dict[str, Adapter] = {}
         self.router: Router | None = None
+        self.session_memory: SessionMemory | None = None
         self.llm = LLMClient(
             timeout=config.ai.timeout_seconds,
             retries=config.ai.retries,
@@ -73,10 +77,11 @@ class Gateway:
 
     async def start(self) -> None:
         started = time.perf_counter()
-        setup_logging(self.config.logging.level, secret_values(self.config))
-        storage = self.storage = await Storage.open(
-            self.config.storage.resolved_database_url, self.config.session.history_messages
-        )
+        secrets = secret_values(self.config)
+        setup_logging(self.config.logging.level, secrets)
+        for path, why in self.config.unread_keys():
+            event(log, "config_key_ignored", logging.WARNING, key=path, why=why)
+        storage = self.storage = await Storage.open(self.config.storage.resolved_database_url)
         await storage.identities.sync_declared(self._declared_users())
 
         web_cfgs = self.config.web_channels()
@@ -92,8 +97,12 @@ class Gateway:
             if getattr(ch_cfg, "enabled", True):
                 self.adapters[name] = channels.create(name, ch_cfg, services)
 
-        engine = TurnEngine(self.config, self.llm, ToolRegistry())
-        self.router = Router(self.config, storage, engine, Delivery(storage.journal), self.adapters, self.metrics)
+        daily = DailyFiles(self.config.storage.data_dir / "memory", secrets)
+        self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets))
+        engine = TurnEngine(self.config, self.llm, ToolRegistry([CURRENT_TIME, search_archive_tool(storage.archive)]))
+        self.router = Router(
+            self.config, storage, engine, Delivery(storage.journal), self.adapters, self.metrics, self.session_memory
+        )
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
 
@@ -110,6 +119,7 @@ class Gateway:
         event(log, "gateway_ready", ms=(time.perf_counter() - started) * 1000, channels=",".join(self.adapters))
         # Heavy imports after ready: a turn that arrives meanwhile waits for them.
         self.llm.start_loading()
+        self.session_memory.start()
         self._background.append(asyncio.create_task(self._check_models()))
         resumed = await self.router.resume_unfinished()
         if resumed:
@@ -124,6 +134,8 @@ class Gateway:
             task.cancel()
         if self.router is not None:
             await self.router.drain(deadline)
+        if self.session_memory is not None:
+            await self.session_memory.stop()
         for adapter in self.adapters.values():
             try:
                 await adapter.stop()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.config import AgentConfig, Config
 from gateway.events import ConversationKind, MessageReceived
+from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.turn import model_chain
 from memory.identities import User
 from memory.links import LinkError
@@ -42,7 +43,14 @@ class CommandContext:
     agent: AgentConfig
     config: Config
     storage: Storage
+    session_memory: SessionMemory
     limiter: AttemptLimiter = field(default_factory=AttemptLimiter)
+    audience: str = "personal"
+
+    @property
+    def flush_target(self) -> FlushTarget | None:
+        dm = self.event.ref.kind == ConversationKind.DM
+        return FlushTarget.of(dm, self.user.id, self.session_key, self.audience)
 
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]
@@ -77,8 +85,10 @@ async def _help(ctx: CommandContext, _args: str) -> str:
 
 
 async def _new(ctx: CommandContext, _args: str) -> str:
-    await ctx.storage.sessions.reset(ctx.session_key, ctx.agent.name, ctx.user.id)
-    return "Started a new conversation. Earlier messages are no longer part of the context."
+    await ctx.session_memory.reset(ctx.session_key, ctx.agent, ctx.user.id, ctx.flush_target)
+    if not ctx.config.memory.session_memory.enabled:
+        return "Started a new conversation. The earlier messages are cleared and kept out of memory."
+    return "Started a new conversation. Earlier messages are no longer part of the context (they are archived)."
 
 
 async def _status(ctx: CommandContext, _args: str) -> str:
@@ -86,16 +96,49 @@ async def _status(ctx: CommandContext, _args: str) -> str:
     chain = model_chain(ctx.config, ctx.agent)
     model = chain[0].model if chain else "(none configured)"
     fallbacks = ", ".join(s.model for s in chain[1:]) or "none"
+    budget = ctx.session_memory.budget
+    limit = f"{budget.token_limit} tokens"
+    if budget.message_limit is not None:
+        limit = f"{budget.message_limit} messages or {limit}"
+    last_flush = state.last_flush_at.isoformat(timespec="seconds") if state.last_flush_at else "never"
     return "\n".join(
         [
             f"Agent: {ctx.agent.name}",
             f"Model: {model} (fallbacks: {fallbacks})",
             f"Session: {ctx.session_key}",
-            f"Messages: {state.message_count}",
-            f"Estimated tokens: {state.token_count}",
+            f"Messages in context: {state.message_count}",
+            f"Estimated tokens: {state.token_count} of {limit}"
+            + (f" (+ {state.summary_tokens} in the summary)" if state.summary else ""),
+            f"Summaries made: {state.summaries}",
+            f"Last flush to the daily notes: {last_flush}",
             f"Started: {state.created_at.isoformat(timespec='seconds')}",
         ]
     )
+
+
+async def _archive(ctx: CommandContext, args: str) -> str:
+    query = args.strip()
+    if not query:
+        return "Usage: /archive WORDS — search the older messages of your conversations."
+    if ctx.audience == "public":
+        return "The archive is not searchable in a public conversation."
+    user_id, keys = archive_scope(ctx.user.id, ctx.session_key, ctx.audience)
+    hits = await ctx.storage.archive.search(query, user_id=user_id, session_keys=keys, limit=5)
+    if not hits:
+        return f"Nothing in your archived messages matches {query!r}."
+    lines = [f"Archived messages matching {query!r}:"]
+    for h in hits:
+        when = h.created_at.strftime("%Y-%m-%d %H:%M")
+        lines.append(f"- {when} {h.role}: {h.snippet}")
+    return "\n".join(lines)
+
+
+def archive_scope(user_id: str, session_key: str, audience: str) -> tuple[str | None, list[str]]:
+    """(user_id, session_keys) one person may search in the archive from where they are: in a DM
+    their own sessions everywhere; in a group only that group's (never their DMs in front of others)."""
+    if audience == "personal":
+        return user_id, [session_key]
+    return None, [session_key]
 
 
 async def _whoami(ctx: CommandContext, _args: str) -> str:
@@ -161,6 +204,7 @@ COMMANDS: dict[str, Command] = {
         Command("new", "start a new conversation", _new, _owner_or_admin),
         Command("reset", "same as /new: clear this conversation's context", _new, _owner_or_admin),
         Command("status", "model, session size and estimated tokens", _status),
+        Command("archive", "search the older messages of your conversations: /archive WORDS", _archive),
         Command("whoami", "your user id, linked identities and roles", _whoami),
         Command("link", "join your accounts on several platforms: /link, then /link CODE elsewhere", _link),
         Command("pair", "approve people waiting to talk to the assistant (admins)", _pair, _is_admin),

@@ -184,9 +184,47 @@ class UserConfig(_Strict):
 
 class SessionConfig(_Strict):
     dm_scope: Literal["per_channel", "per_user"] = "per_channel"
-    # Recent messages sent to the model per turn (short-term memory budget comes later).
-    history_messages: Annotated[int, Field(ge=1, le=10_000)] = 40
+    # Accepted but no longer read: memory.session_memory decides what a session keeps.
+    history_messages: Annotated[int, Field(ge=1, le=10_000)] | None = None
     max_pending_per_session: Annotated[int, Field(ge=1, le=10_000)] = 32
+
+
+class SessionMemoryConfig(_Strict):
+    # false: the transcript of a session cleared by /new or /reset stays out of memory (no flush,
+    # no archive search hit, no formation).
+    enabled: bool = True
+    # Past this many tokens the older messages are summarized and the session cut to 60 % of it;
+    # 0: `messages` is the limit instead. Never more than half of memory.auto_flush_tokens.
+    max_tokens: Annotated[int, Field(ge=0)] = 40_000
+    messages: Annotated[int, Field(ge=2)] = 40
+
+
+class FlushConfig(_Strict):
+    enabled: bool = True
+    # Same as memory.auto_flush_tokens, used when that one is left at its default.
+    threshold_tokens: Annotated[int, Field(ge=10)] | None = None
+
+
+class MemorySearchConfig(_Strict):
+    enabled: bool | None = None  # accepted, not read (recall arrives with the long-term store)
+
+
+DEFAULT_AUTO_FLUSH_TOKENS = 80_000
+
+
+class MemoryConfig(_Strict):
+    # One request past this many tokens: its older messages are distilled into today's daily file.
+    auto_flush_tokens: Annotated[int, Field(ge=10)] = DEFAULT_AUTO_FLUSH_TOKENS
+    flush: FlushConfig = Field(default_factory=FlushConfig)
+    session_memory: SessionMemoryConfig = Field(default_factory=SessionMemoryConfig)
+    mode: str | None = None  # accepted, not read
+    search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+
+    @property
+    def flush_tokens(self) -> int:
+        if self.auto_flush_tokens == DEFAULT_AUTO_FLUSH_TOKENS and self.flush.threshold_tokens is not None:
+            return self.flush.threshold_tokens
+        return self.auto_flush_tokens
 
 
 class LoggingConfig(_Strict):
@@ -200,6 +238,7 @@ class Config(_Strict):
     channels: dict[str, ChannelConfig] = Field(default_factory=_default_channels)
     users: dict[str, UserConfig] = Field(default_factory=dict)
     session: SessionConfig = Field(default_factory=SessionConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     timezone: str = "UTC"
 
@@ -270,6 +309,17 @@ class Config(_Strict):
                         )
                     )
         return problems
+
+    def unread_keys(self) -> list[tuple[str, str]]:
+        """Keys that are accepted but have no effect, as (path, why), to be logged once at start."""
+        unread = []
+        if self.memory.mode is not None:
+            unread.append(("memory.mode", "memory has one mode for now"))
+        if self.memory.search.enabled is not None:
+            unread.append(("memory.search.enabled", "recall arrives with the long-term memory store"))
+        if self.session.history_messages is not None:
+            unread.append(("session.history_messages", "memory.session_memory decides what a session keeps"))
+        return unread
 
     def declared_identities(self) -> frozenset[str]:
         """Identities the operator assigned to users here (trusted on every platform)."""

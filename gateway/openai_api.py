@@ -20,6 +20,7 @@ from gateway.logs import event
 from gateway.metrics import Metrics
 from gateway.ports import SessionBusy
 from gateway.router import Router
+from gateway.session_memory import FlushTarget
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, TurnResult, build_messages, system_prompt
 from memory.sessions import Message
@@ -171,10 +172,13 @@ class OpenAIApi:
             raise _error(400, "no user message to answer", "invalid_request_error")
         state = await self.storage.sessions.active(key, agent.name, user_id)
         user_msg = Message("user", newest.content, author=f"api:{user_id}")
-        prompt = build_messages(agent, list(state.recent), [user_msg])
+        memory = self.router.session_memory
+        await memory.before_turn(agent, state, [user_msg], FlushTarget("user", user_id))
+        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary)
         response, result = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
         if result is not None:
             await self.storage.sessions.append(state, [user_msg, *result.produced])
+            memory.after_turn(agent, state)
         return response
 
     async def _respond(

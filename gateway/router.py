@@ -17,6 +17,7 @@ from gateway.events import ConversationKind, ConversationRef, MessageReceived, e
 from gateway.logs import event
 from gateway.metrics import Metrics
 from gateway.ports import Adapter, DeliveryError, SessionBusy
+from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, build_messages
 from memory.identities import User
@@ -45,8 +46,10 @@ class Router:
         delivery: Delivery,
         adapters: dict[str, Adapter],
         metrics: Metrics,
+        session_memory: SessionMemory,
     ) -> None:
         self.config = config
+        self.session_memory = session_memory
         self.storage = storage
         self.engine = engine
         self.delivery = delivery
@@ -188,7 +191,17 @@ class Router:
         async with self.session_slot(key):
             try:
                 if parsed is not None:
-                    ctx = commands.CommandContext(ev, user, key, agent, self.config, self.storage, self._limiter)
+                    ctx = commands.CommandContext(
+                        ev,
+                        user,
+                        key,
+                        agent,
+                        self.config,
+                        self.storage,
+                        self.session_memory,
+                        self._limiter,
+                        self.audience(ev.ref),
+                    )
                     await self._answer(adapter, ev, await commands.dispatch(ctx, *parsed))
                     outcome = "command"
                 else:
@@ -242,10 +255,13 @@ class Router:
     async def _turn(self, ev: MessageReceived, adapter: Adapter, user: User, key: str) -> str:
         agent = self.config.agent(None)
         assert agent is not None
-        state = await self.storage.sessions.active(key, agent.name, user.id)
+        audience = self.audience(ev.ref)
+        state = await self.storage.sessions.active(key, agent.name, user.id, audience)
         user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
-        prompt = build_messages(agent, list(state.recent), [user_msg])
-        ctx = ToolContext(user_id=user.id, session_key=key, timezone=self.config.timezone)
+        target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
+        await self.session_memory.before_turn(agent, state, [user_msg], target)
+        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary)
+        ctx = ToolContext(user_id=user.id, session_key=key, timezone=self.config.timezone, audience=audience)
         outcome = "ok"
         sent = None
         try:
@@ -271,7 +287,12 @@ class Router:
             finish_event=ev.event_id,
             sent=sent,
         )
+        self.session_memory.after_turn(agent, state)
         return outcome
+
+    def audience(self, ref: ConversationRef) -> str:
+        cfg = self.config.channels.get(ref.channel)
+        return access.audience(cfg if isinstance(cfg, ChatChannelConfig) else None, ref)
 
     async def resume_unfinished(self) -> int:
         """Answer events a crash left unfinished: finish recorded replies, re-run the rest."""

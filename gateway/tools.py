@@ -17,6 +17,7 @@ class ToolContext:
     user_id: str
     session_key: str
     timezone: str
+    audience: str = "personal"  # personal | team | public (memory tools are hidden in public)
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
@@ -28,6 +29,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     run: ToolFn
+    memory: bool = False  # reads or writes memory: never offered to a public audience
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -62,13 +64,22 @@ class ToolRegistry:
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools = {t.name: t for t in (tools if tools is not None else [CURRENT_TIME])}
 
-    def schemas(self) -> list[dict[str, Any]]:
-        return [t.schema() for t in self._tools.values()]
+    def add(self, tool: Tool) -> None:
+        self._tools[tool.name] = tool
+
+    def _offered(self, ctx: ToolContext | None) -> dict[str, Tool]:
+        if ctx is not None and ctx.audience == "public":
+            return {n: t for n, t in self._tools.items() if not t.memory}
+        return self._tools
+
+    def schemas(self, ctx: ToolContext | None = None) -> list[dict[str, Any]]:
+        return [t.schema() for t in self._offered(ctx).values()]
 
     async def call(self, ctx: ToolContext, name: str, raw_args: str) -> str:
-        tool = self._tools.get(name)
+        offered = self._offered(ctx)
+        tool = offered.get(name)
         if tool is None:
-            return json.dumps({"error": f"unknown tool {name!r}", "available": sorted(self._tools)})
+            return json.dumps({"error": f"unknown tool {name!r}", "available": sorted(offered)})
         try:
             args = json.loads(raw_args or "{}")
             if not isinstance(args, dict):

@@ -43,8 +43,17 @@ def system_prompt(agent: AgentConfig) -> str:
     return agent.instructions.strip() or "You are a helpful assistant."
 
 
-def build_messages(agent: AgentConfig, history: list[Message], new: list[Message]) -> list[dict[str, Any]]:
+SUMMARY_HEADING = "Summary of the earlier part of this conversation (older messages were archived):"
+
+
+def build_messages(
+    agent: AgentConfig, history: list[Message], new: list[Message], summary: str | None = None
+) -> list[dict[str, Any]]:
+    """Instructions, the session's summary, then its messages: the same prefix from turn to turn
+    until the session is next summarized (prompt-cache friendly)."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(agent)}]
+    if summary:
+        out.append({"role": "system", "content": f"{SUMMARY_HEADING}\n{summary}"})
     for m in (*history, *new):
         if m.author == NOTICE_AUTHOR or m.role == "system":
             continue
@@ -87,7 +96,7 @@ class TurnEngine:
             return
         working = list(prompt)
         produced: list[Message] = []
-        schemas = self.tools.schemas() if self.config.ai.max_tool_rounds > 0 else None
+        schemas = self.tools.schemas(ctx) if self.config.ai.max_tool_rounds > 0 else None
         rounds = 0
         while True:
             final: Completion | None = None

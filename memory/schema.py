@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     ForeignKey,
@@ -74,8 +75,17 @@ sessions = Table(
     Column("user_id", String(128)),
     Column("created_at", UTCDateTime, nullable=False),
     Column("ended_at", UTCDateTime),
+    # Of the active context (the rows still in `messages`); archived messages are not counted.
     Column("message_count", Integer, nullable=False, default=0),
     Column("token_count", BigInteger, nullable=False, default=0),
+    # The rolling summary of what was archived, injected after the instructions (DESIGN §4).
+    Column("summary", Text),
+    Column("summary_tokens", Integer, nullable=False, default=0, server_default="0"),
+    Column("summaries", Integer, nullable=False, default=0, server_default="0"),
+    Column("last_flush_at", UTCDateTime),
+    Column("audience", String(16), nullable=False, default="personal", server_default="personal"),
+    # Cleared with memory.session_memory.enabled false: never flushed, never found in the archive.
+    Column("memory_excluded", Boolean, nullable=False, default=False, server_default="0"),
     Index("ix_sessions_key_active", "key", "ended_at"),
 )
 
@@ -94,6 +104,49 @@ messages = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_messages_session_id_id", "session_id", "id"),
     Index("ix_messages_event_id_role", "event_id", "role"),
+    # Ids are never reused (SQLite would reuse them after the newest rows move to the archive): an
+    # archived message keeps its id, and history orders active and archived messages by it.
+    sqlite_autoincrement=True,
+)
+
+# Messages pruned from a session's active context, kept in full and searchable (DESIGN §4). Same ids
+# as they had in `messages`. On SQLite an FTS5 index (archived_messages_fts) follows this table.
+archived_messages = Table(
+    "archived_messages",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("tool_calls", JSON),
+    Column("tool_call_id", String(128)),
+    Column("author", String(255)),
+    Column("event_id", String(255)),
+    Column("tokens", Integer, nullable=False, default=0),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=False),
+    Column("reason", String(16), nullable=False),  # summarized | trimmed | flushed | reset
+    Index("ix_archived_messages_session_id_id", "session_id", "id"),
+)
+
+# Distilling archived messages into a daily Markdown file, as a durable job: a crash or a failing
+# model leaves it pending, to be retried (DESIGN §4-5).
+session_flushes = Table(
+    "session_flushes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
+    Column("first_id", Integer, nullable=False),  # archived message ids first_id..last_id of the session
+    Column("last_id", Integer, nullable=False),
+    Column("scope", String(16), nullable=False),  # user | channel
+    Column("owner", String(512), nullable=False),  # the user id, or the conversation
+    Column("day", String(10), nullable=False),  # YYYY-MM-DD in the configured time zone
+    Column("status", String(16), nullable=False),  # pending | done | failed
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("error", String(255)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Index("ix_session_flushes_status", "status"),
 )
 
 inbound_events = Table(

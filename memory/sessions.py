@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, literal, select, union_all, update
 from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from memory.db import Database
 from memory.journal import finish_in
-from memory.schema import messages, sessions
+from memory.schema import UTCDateTime, archived_messages, messages, session_flushes, sessions
 from memory.tokens import estimate_tokens
 
 # The statements of every turn's append, built once (bindparam names must differ from column names).
-_ADD_MESSAGES = insert(messages)
+_ADD_MESSAGES = insert(messages).returning(messages.c.id, sort_by_parameter_order=True)
 _COUNT = (
     update(sessions)
     .where(sessions.c.id == bindparam("b_session_id"))
@@ -30,6 +30,7 @@ _COUNT = (
         token_count=sessions.c.token_count + bindparam("b_tokens"),
     )
 )
+_MESSAGE_COLUMNS = ("id", "session_id", "role", "content", "tool_calls", "tool_call_id", "author", "event_id")
 
 
 @dataclass(slots=True)
@@ -40,6 +41,13 @@ class Message:
     tool_call_id: str | None = None
     author: str | None = None
     event_id: str | None = None
+    id: int | None = None  # set once stored
+    tokens: int = -1  # estimated once, at creation (DESIGN §4)
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            extra = sum(len(str(c.get("function", {}))) for c in self.tool_calls or ()) // 4
+            self.tokens = estimate_tokens(self.content) + extra
 
     def to_llm(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -49,14 +57,12 @@ class Message:
             out["tool_call_id"] = self.tool_call_id
         return out
 
-    @property
-    def tokens(self) -> int:
-        extra = sum(len(str(c.get("function", {}))) for c in self.tool_calls or ()) // 4
-        return estimate_tokens(self.content) + extra
-
 
 @dataclass(slots=True)
 class SessionState:
+    """An open session as the gateway holds it: its active context (every message not archived,
+    oldest first) with running totals, and the rolling summary of what was archived."""
+
     id: int
     key: str
     agent: str
@@ -65,6 +71,42 @@ class SessionState:
     message_count: int = 0
     token_count: int = 0
     recent: deque[Message] = field(default_factory=deque)
+    summary: str | None = None
+    summary_tokens: int = 0
+    summaries: int = 0
+    last_flush_at: datetime | None = None
+    audience: str = "personal"
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """Distil what is archived into a daily file: the user's (scope "user") or the conversation's."""
+
+    scope: str  # user | channel
+    owner: str
+    day: str  # YYYY-MM-DD in the configured time zone
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    count: int
+    tokens: int
+    first_id: int | None
+    last_id: int | None
+    flush_id: int | None = None
+
+
+def _message(r: Any) -> Message:
+    return Message(
+        role=r.role,
+        content=r.content,
+        tool_calls=r.tool_calls,
+        tool_call_id=r.tool_call_id,
+        author=r.author,
+        event_id=r.event_id,
+        id=r.id,
+        tokens=r.tokens,
+    )
 
 
 def _append(
@@ -74,27 +116,104 @@ def _append(
     tokens: int,
     finish_event: str | None,
     sent: tuple[str, str | None] | None,
-) -> None:
+) -> list[int]:
+    ids: list[int] = []
     if rows:
-        conn.execute(_ADD_MESSAGES, rows)
+        ids = list(conn.execute(_ADD_MESSAGES, rows).scalars())
         conn.execute(_COUNT, {"b_session_id": session_id, "b_messages": len(rows), "b_tokens": tokens})
     if finish_event is not None:
         finish_in(conn, finish_event, "done", sent)
+    return ids
+
+
+def _archive(
+    conn: Connection,
+    session_id: int,
+    through_id: int | None,
+    reason: str,
+    summary: tuple[str, int] | None,
+    flush: FlushRequest | None,
+    only_if_open: bool,
+) -> Archived | None:
+    """Move the session's active messages with id <= through_id (all when None) to the archive, in
+    one transaction with the new summary and the flush job, if any. None when the session has ended
+    meanwhile (a /new raced a background summary) and `only_if_open`."""
+    if only_if_open:
+        ended = conn.execute(select(sessions.c.ended_at).where(sessions.c.id == session_id)).first()
+        if ended is None or ended.ended_at is not None:
+            return None
+    where = [messages.c.session_id == session_id]
+    if through_id is not None:
+        where.append(messages.c.id <= through_id)
+    stats = conn.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(messages.c.tokens), 0),
+            func.min(messages.c.id),
+            func.max(messages.c.id),
+        ).where(*where)
+    ).one()
+    count, tokens, first_id, last_id = int(stats[0]), int(stats[1]), stats[2], stats[3]
+    now = utcnow()
+    if count:
+        columns = [*_MESSAGE_COLUMNS, "tokens", "created_at"]
+        conn.execute(
+            insert(archived_messages).from_select(
+                [*columns, "archived_at", "reason"],
+                select(
+                    *(messages.c[c] for c in columns),
+                    literal(now, UTCDateTime),
+                    literal(reason),
+                ).where(*where),
+            )
+        )
+        conn.execute(delete(messages).where(*where))
+    values: dict[str, Any] = {
+        "message_count": sessions.c.message_count - count,
+        "token_count": sessions.c.token_count - tokens,
+    }
+    if summary is not None:
+        values.update(summary=summary[0], summary_tokens=summary[1], summaries=sessions.c.summaries + 1)
+    flush_id = None
+    if flush is not None and count:
+        values["last_flush_at"] = now
+        inserted = conn.execute(
+            insert(session_flushes).values(
+                session_id=session_id,
+                first_id=first_id,
+                last_id=last_id,
+                scope=flush.scope,
+                owner=flush.owner,
+                day=flush.day,
+                status="pending",
+                attempts=0,
+                created_at=now,
+            )
+        ).inserted_primary_key
+        flush_id = int(inserted[0]) if inserted else None
+    conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))
+    return Archived(count, tokens, first_id, last_id, flush_id)
+
+
+def _both(*columns: str) -> Any:
+    """Active and archived messages as one selectable (a turn's rows may have been archived since)."""
+    return union_all(
+        select(*(messages.c[c] for c in columns)), select(*(archived_messages.c[c] for c in columns))
+    ).subquery()
 
 
 def _reply_for_event(conn: Connection, event_id: str) -> Message | None:
+    both = _both("id", "role", "content", "event_id")
     row = conn.execute(
-        select(messages)
-        .where(messages.c.event_id == event_id, messages.c.role == "assistant")
-        .order_by(messages.c.id.desc())
-        .limit(1)
+        select(both).where(both.c.event_id == event_id, both.c.role == "assistant").order_by(both.c.id.desc()).limit(1)
     ).first()
     return None if row is None else Message(role=row.role, content=row.content, event_id=row.event_id)
 
 
 def _has_user_message(conn: Connection, event_id: str) -> bool:
+    both = _both("role", "event_id")
     n = conn.execute(
-        select(func.count()).select_from(messages).where(messages.c.event_id == event_id, messages.c.role == "user")
+        select(func.count()).select_from(both).where(both.c.event_id == event_id, both.c.role == "user")
     ).scalar()
     return bool(n)
 
@@ -108,35 +227,40 @@ def _history(conn: Connection, key: str, limit: int) -> list[Message]:
     ).scalar()
     if sid is None:
         return []
+    # What the person saw, archived or not: summaries shorten the model's context, not the page.
+    both = _both("id", "session_id", "role", "content", "author", "event_id")
     rows = conn.execute(
-        select(messages)
-        .where(messages.c.session_id == sid, messages.c.role.in_(("user", "assistant")))
-        .order_by(messages.c.id.desc())
+        select(both)
+        .where(both.c.session_id == sid, both.c.role.in_(("user", "assistant")))
+        .order_by(both.c.id.desc())
         .limit(limit)
     ).all()
     return [
-        Message(role=r.role, content=r.content, author=r.author, event_id=r.event_id)
+        Message(role=r.role, content=r.content, author=r.author, event_id=r.event_id, id=r.id)
         for r in reversed(rows)
         if r.content
     ]
 
 
 class SessionStore:
-    def __init__(self, db: Database, history_messages: int = 40) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
-        self._history = history_messages
         self._active: dict[str, SessionState] = {}
 
-    async def active(self, key: str, agent: str, user_id: str | None) -> SessionState:
+    async def active(self, key: str, agent: str, user_id: str | None, audience: str | None = None) -> SessionState:
+        """The open session of `key` (created when there is none). `audience`, when given, is
+        recorded on the session (it decides what may be flushed and found later)."""
         state = self._active.get(key)
-        if state is not None:
-            return state
-        state = await self._db.write(self._open, key, agent, user_id)
-        self._active[key] = state
+        if state is None:
+            state = await self._db.write(self._open, key, agent, user_id, audience or "personal")
+            self._active[key] = state
+        if audience is not None and audience != state.audience:
+            await self._db.write(_set_audience, state.id, audience)
+            state.audience = audience
         return state
 
-    def _open(self, conn: Connection, key: str, agent: str, user_id: str | None) -> SessionState:
-        """The open session of `key` with its recent messages, or a new one."""
+    def _open(self, conn: Connection, key: str, agent: str, user_id: str | None, audience: str) -> SessionState:
+        """The open session of `key` with its whole active context, or a new one."""
         row = conn.execute(
             select(sessions)
             .where(sessions.c.key == key, sessions.c.ended_at.is_(None))
@@ -144,7 +268,8 @@ class SessionStore:
             .limit(1)
         ).first()
         if row is None:
-            return self._create(conn, key, agent, user_id)
+            return self._create(conn, key, agent, user_id, audience)
+        rows = conn.execute(select(messages).where(messages.c.session_id == row.id).order_by(messages.c.id)).all()
         return SessionState(
             id=row.id,
             key=key,
@@ -153,40 +278,31 @@ class SessionStore:
             created_at=row.created_at,
             message_count=row.message_count,
             token_count=row.token_count,
-            recent=deque(self._load_recent(conn, row.id), maxlen=self._history),
+            recent=deque(_message(r) for r in rows),
+            summary=row.summary,
+            summary_tokens=row.summary_tokens,
+            summaries=row.summaries,
+            last_flush_at=row.last_flush_at,
+            audience=row.audience,
         )
 
-    def _create(self, conn: Connection, key: str, agent: str, user_id: str | None) -> SessionState:
+    @staticmethod
+    def _create(conn: Connection, key: str, agent: str, user_id: str | None, audience: str) -> SessionState:
         now = utcnow()
         res = conn.execute(
             insert(sessions).values(
-                key=key, agent=agent, user_id=user_id, created_at=now, message_count=0, token_count=0
+                key=key,
+                agent=agent,
+                user_id=user_id,
+                created_at=now,
+                message_count=0,
+                token_count=0,
+                audience=audience,
             )
         )
         sid = res.inserted_primary_key[0] if res.inserted_primary_key else None
         assert sid is not None
-        return SessionState(
-            id=int(sid), key=key, agent=agent, user_id=user_id, created_at=now, recent=deque(maxlen=self._history)
-        )
-
-    def _load_recent(self, conn: Connection, session_id: int) -> list[Message]:
-        rows = conn.execute(
-            select(messages)
-            .where(messages.c.session_id == session_id)
-            .order_by(messages.c.id.desc())
-            .limit(self._history)
-        ).all()
-        return [
-            Message(
-                role=r.role,
-                content=r.content,
-                tool_calls=r.tool_calls,
-                tool_call_id=r.tool_call_id,
-                author=r.author,
-                event_id=r.event_id,
-            )
-            for r in reversed(rows)
-        ]
+        return SessionState(id=int(sid), key=key, agent=agent, user_id=user_id, created_at=now, audience=audience)
 
     async def append(
         self,
@@ -199,7 +315,6 @@ class SessionStore:
         """Write messages, and optionally mark their inbound event done (and, with it, the reply
         sent), in one transaction: after a crash either all of the turn is recorded or none of it."""
         now = utcnow()
-        tokens = [m.tokens for m in new]
         rows = [
             {
                 "session_id": state.id,
@@ -209,27 +324,95 @@ class SessionStore:
                 "tool_call_id": m.tool_call_id,
                 "author": m.author,
                 "event_id": m.event_id,
-                "tokens": t,
+                "tokens": m.tokens,
                 "created_at": now,
             }
-            for m, t in zip(new, tokens, strict=True)
+            for m in new
         ]
-        await self._db.write(_append, state.id, rows, sum(tokens), finish_event, sent)
+        tokens = sum(m.tokens for m in new)
+        ids = await self._db.write(_append, state.id, rows, tokens, finish_event, sent)
+        for m, mid in zip(new, ids, strict=True):
+            m.id = mid
         state.recent.extend(new)
         state.message_count += len(new)
-        state.token_count += sum(tokens)
+        state.token_count += tokens
 
-    async def reset(self, key: str, agent: str, user_id: str | None) -> SessionState:
-        """End the active session of `key` and start a fresh one (/new, /reset)."""
-        state = await self._db.write(self._restart, key, agent, user_id)
-        self._active[key] = state
-        return state
-
-    def _restart(self, conn: Connection, key: str, agent: str, user_id: str | None) -> SessionState:
-        conn.execute(
-            update(sessions).where(sessions.c.key == key, sessions.c.ended_at.is_(None)).values(ended_at=utcnow())
+    async def archive(
+        self,
+        state: SessionState,
+        through_id: int,
+        reason: str,
+        *,
+        summary: str | None = None,
+        summary_tokens: int = 0,
+        flush: FlushRequest | None = None,
+    ) -> Archived | None:
+        """Prune the active messages up to `through_id` into the archive (with the new rolling
+        summary, and a flush job, when given). Safe next to a turn appending to the same session:
+        only the oldest messages move. None when the session ended meanwhile."""
+        done = await self._db.write(
+            _archive,
+            state.id,
+            through_id,
+            reason,
+            (summary, summary_tokens) if summary is not None else None,
+            flush,
+            True,
         )
-        return self._create(conn, key, agent, user_id)
+        if done is None:
+            return None
+        while state.recent and state.recent[0].id is not None and state.recent[0].id <= through_id:
+            state.recent.popleft()
+        state.message_count -= done.count
+        state.token_count -= done.tokens
+        if summary is not None:
+            state.summary, state.summary_tokens = summary, summary_tokens
+            state.summaries += 1
+        if done.flush_id is not None:
+            state.last_flush_at = utcnow()
+        return done
+
+    async def reset(
+        self,
+        key: str,
+        agent: str,
+        user_id: str | None,
+        *,
+        keep: bool = True,
+        flush: FlushRequest | None = None,
+    ) -> tuple[SessionState, Archived | None]:
+        """End the active session of `key` and start a fresh one (/new, /reset).
+
+        keep: the cleared transcript is archived (and flushed, when `flush` is given); otherwise it is
+        marked to stay out of memory for good (memory.session_memory.enabled false).
+        """
+        old = self._active.get(key)
+        audience = old.audience if old is not None else "personal"
+        state, archived = await self._db.write(self._restart, key, agent, user_id, audience, keep, flush)
+        self._active[key] = state
+        return state, archived
+
+    def _restart(
+        self,
+        conn: Connection,
+        key: str,
+        agent: str,
+        user_id: str | None,
+        audience: str,
+        keep: bool,
+        flush: FlushRequest | None,
+    ) -> tuple[SessionState, Archived | None]:
+        archived = None
+        open_ids = conn.execute(
+            select(sessions.c.id).where(sessions.c.key == key, sessions.c.ended_at.is_(None))
+        ).scalars()
+        for sid in list(open_ids):
+            if keep:
+                archived = _archive(conn, sid, None, "reset", None, flush, False)
+            else:
+                conn.execute(update(sessions).where(sessions.c.id == sid).values(memory_excluded=True))
+            conn.execute(update(sessions).where(sessions.c.id == sid).values(ended_at=utcnow()))
+        return self._create(conn, key, agent, user_id, audience), archived
 
     async def reply_for_event(self, event_id: str) -> Message | None:
         """The assistant reply recorded for an inbound event, if the turn got that far."""
@@ -243,3 +426,7 @@ class SessionStore:
     async def history(self, key: str, limit: int = 200) -> list[Message]:
         """Messages of the active session for `key`, oldest first (for the chat page and REST)."""
         return await self._db.read(_history, key, limit)
+
+
+def _set_audience(conn: Connection, session_id: int, audience: str) -> None:
+    conn.execute(update(sessions).where(sessions.c.id == session_id).values(audience=audience))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from memory.archive import ArchiveStore
 from memory.db import Database
+from memory.flushes import FlushStore
 from memory.identities import IdentityStore
 from memory.journal import Journal
 from memory.links import LinkStore, PairingStore
@@ -10,16 +12,18 @@ from memory.sessions import SessionStore
 
 
 class Storage:
-    def __init__(self, db: Database, history_messages: int = 40) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
         self.identities = IdentityStore(db)
-        self.sessions = SessionStore(db, history_messages)
+        self.sessions = SessionStore(db)
+        self.flushes = FlushStore(db)
+        self.archive = ArchiveStore(db)
         self.journal = Journal(db)
         self.links = LinkStore(db)
         self.pairing = PairingStore(db)
 
     @classmethod
-    async def open(cls, url: str, history_messages: int = 40) -> Storage:
+    async def open(cls, url: str) -> Storage:
         """Open the database at `url`, bring its schema up to date and build the stores."""
         db = Database(url)
         try:
@@ -27,7 +31,7 @@ class Storage:
         except BaseException:
             await db.close()
             raise
-        return cls(db, history_messages)
+        return cls(db)
 
     async def ping(self) -> bool:
         return await self.db.ping()

@@ -119,13 +119,13 @@ async def test_commands(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.Clien
     await say("remember this")
     status = await say("/status")
     assert "Model: openai/fake-model" in status
-    assert "Messages: 2" in status and "Estimated tokens:" in status
+    assert "Messages in context: 2" in status and "Estimated tokens:" in status
     who = await say("/whoami")
     assert "User: alice" in who and "telegram:1" in who and "web:alice" in who and "Roles: user" in who
     help_text = await say("/help")
     assert "/new" in help_text and "/whoami" in help_text
     assert "Started a new conversation" in await say("/new")
-    assert "Messages: 0" in await say("/status")
+    assert "Messages in context: 0" in await say("/status")
     await say("fresh start")
     assert "remember this" not in str(fake_llm.requests[-1]["messages"])
     assert "Unknown command /frobnicate" in await say("/frobnicate")

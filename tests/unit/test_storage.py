@@ -175,7 +175,8 @@ async def test_failed_append_leaves_nothing_behind(storage: Storage) -> None:
 async def test_reset_starts_a_new_session(storage: Storage) -> None:
     first = await storage.sessions.active("k", "default", None)
     await storage.sessions.append(first, [Message("user", "old")])
-    fresh = await storage.sessions.reset("k", "default", None)
+    fresh, archived = await storage.sessions.reset("k", "default", None)
+    assert archived is not None and archived.count == 1  # the cleared transcript went to the archive
     assert fresh.id != first.id
     assert (fresh.message_count, list(fresh.recent)) == (0, [])
     assert await storage.sessions.active("k", "default", None) is fresh

@@ -1,0 +1,393 @@
+"""Short-term session memory (DESIGN §4): keeping each session within its budget, off the reply path.
+
+- After a turn, a session past its limit is summarized by the background model chain and its older
+  messages are archived, in a background task (one per session at a time). The next turns then
+  start with the same prefix (instructions, summary, kept messages), which prompt caches like.
+- If every model fails, nothing is pruned and the next turn tries again; only a session twice past
+  its limit, or one with no model configured at all, is pruned without a summary.
+- Before a turn, a request that would pass `auto_flush_tokens` drops its older messages: they are
+  archived with a flush job, and a background worker distils them into today's daily Markdown file
+  (the person's in a DM, the conversation's in a group). Public conversations write no files.
+
+Every path logs a stable event: session_summarized, session_summary_failed,
+session_trimmed_without_summary, session_flushed, session_flush_written, session_flush_failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from gateway.config import AgentConfig, Config
+from gateway.events import utcnow
+from gateway.llm import Completion, LLMClient, LLMError, ModelSpec
+from gateway.logs import event
+from gateway.turn import system_prompt
+from memory.budget import Budget, plan_flush, plan_trim
+from memory.flushes import FlushJob, FlushLine
+from memory.redact import redact
+from memory.sessions import FlushRequest, Message, SessionState
+from memory.storage import Storage
+from memory.tokens import estimate_tokens
+
+if TYPE_CHECKING:
+    from memory.daily import DailyFiles
+
+log = logging.getLogger("clawgate.session_memory")
+
+MAX_FLUSH_ATTEMPTS = 5
+FLUSH_RETRY_SECONDS = 30.0
+TOOL_RESULT_CHARS = 600  # of a tool's output shown to the summarizer
+
+SUMMARY_INSTRUCTIONS = (
+    "You maintain the running summary of a chat between a person and an assistant. Older messages "
+    "are about to leave the assistant's context; fold them into the summary so the conversation can "
+    "go on without them. Keep: what the person wants and prefers, decisions, facts they gave, open "
+    "questions and promised next steps, names, numbers and dates that matter. Drop small talk and "
+    "anything later messages overrode. Write plain prose or short bullets in the conversation's "
+    "language, at most {words} words, and nothing else: no preamble."
+)
+
+FLUSH_INSTRUCTIONS = (
+    "Below is part of a chat that is leaving the assistant's context. Write down what is worth "
+    "remembering later as short, self-contained Markdown bullets (one line each, starting with '- '): "
+    "facts about the person and their work, preferences, decisions, commitments, open questions. "
+    "Attribute statements to their author when the chat has several people. Never copy passwords, "
+    "keys, tokens or other secrets. No preamble. If nothing is worth keeping, answer exactly NONE."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushTarget:
+    """Whose daily file the older messages of a session go to: the person's (a DM) or the
+    conversation's (a group); None for a public conversation, which writes nothing."""
+
+    scope: str  # user | channel
+    owner: str
+
+    @staticmethod
+    def of(dm: bool, user_id: str | None, session_key: str, audience: str) -> FlushTarget | None:
+        if audience == "public":
+            return None
+        if dm and user_id:
+            return FlushTarget("user", user_id)
+        return FlushTarget("channel", session_key)
+
+
+def _budget(config: Config) -> Budget:
+    mem = config.memory
+    return Budget(
+        max_tokens=mem.session_memory.max_tokens,
+        max_messages=mem.session_memory.messages,
+        flush_tokens=mem.flush_tokens,
+    )
+
+
+def _line(role: str, author: str | None, content: str) -> str:
+    if role == "tool":
+        cut = content[:TOOL_RESULT_CHARS] + ("…" if len(content) > TOOL_RESULT_CHARS else "")
+        return f"[tool result] {cut}"
+    who = f"{role} ({author})" if author and role == "user" else role
+    return f"{who}: {content}"
+
+
+def _bullets(text: str) -> list[str]:
+    if text.strip().upper().rstrip(".") == "NONE":
+        return []
+    out = []
+    for raw in text.splitlines():
+        m = re.match(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)", raw)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+class SessionMemory:
+    def __init__(self, config: Config, storage: Storage, llm: LLMClient, daily: DailyFiles, secrets: list[str]) -> None:
+        self.config = config
+        self.storage = storage
+        self.llm = llm
+        self.daily = daily
+        self.budget = _budget(config)
+        self._secrets = secrets
+        self._compacting: dict[int, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._wake = asyncio.Event()
+        self._worker: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the flush worker (it first picks up jobs a previous run left pending)."""
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._flush_worker())
+            self._wake.set()
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks, *([self._worker] if self._worker else [])]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        self._worker = None
+
+    async def idle(self, timeout: float = 30, flushes: bool = True) -> None:
+        """Wait until no summary is being made and (with `flushes`) no flush job is pending."""
+        async with asyncio.timeout(timeout):
+            while True:
+                if self._tasks:
+                    await asyncio.wait(set(self._tasks))
+                    continue
+                if not flushes or not await self.storage.flushes.pending(limit=1):
+                    return
+                self._wake.set()
+                await asyncio.sleep(0.02)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- the model chain for summaries and flushes -------------------------------------------------
+
+    def background_chain(self, agent: AgentConfig) -> list[ModelSpec]:
+        """The background model (ai.gemini with a key, else the agent's own model), then the fallback
+        models (ai.fallback, else the agent's own fallback list)."""
+        ai = self.config.ai
+        key = ai.api_key.get_secret_value() if ai.api_key else None
+        chain: list[ModelSpec] = []
+        if ai.gemini.api_key is not None and ai.gemini.api_key.get_secret_value() and ai.gemini.model:
+            chain.append(ModelSpec(model=ai.gemini.model, api_key=ai.gemini.api_key.get_secret_value()))
+        elif agent.model or ai.model:
+            chain.append(ModelSpec(model=str(agent.model or ai.model), api_base=ai.api_base, api_key=key))
+        for model in ai.fallback or agent.fallback or []:
+            if all(spec.model != model for spec in chain):
+                chain.append(ModelSpec(model=model, api_base=ai.api_base, api_key=key))
+        return chain
+
+    async def _ask(self, chain: list[ModelSpec], instructions: str, text: str) -> str:
+        messages = [{"role": "system", "content": instructions}, {"role": "user", "content": text}]
+        final: Completion | None = None
+        async for item in self.llm.stream(chain, messages, None, stream=False):
+            if isinstance(item, Completion):
+                final = item
+        assert final is not None
+        return final.text.strip()
+
+    # -- before a turn: auto-flush -----------------------------------------------------------------
+
+    def request_tokens(self, agent: AgentConfig, state: SessionState, new: list[Message]) -> int:
+        return (
+            estimate_tokens(system_prompt(agent))
+            + state.summary_tokens
+            + state.token_count
+            + sum(m.tokens for m in new)
+        )
+
+    async def before_turn(
+        self, agent: AgentConfig, state: SessionState, new: list[Message], target: FlushTarget | None
+    ) -> None:
+        """Drop the older messages of a request that would pass auto_flush_tokens, into the archive
+        and (through a flush job) today's daily file. O(1) unless it has work to do."""
+        if not self.config.memory.flush.enabled:
+            return
+        if self.request_tokens(agent, state, new) <= self.budget.flush_tokens:
+            return
+        fixed = estimate_tokens(system_prompt(agent)) + state.summary_tokens + sum(m.tokens for m in new)
+        recent = list(state.recent)
+        k = plan_flush([m.role for m in recent], [m.tokens for m in recent], fixed, self.budget)
+        through = recent[k - 1].id if k else None
+        if through is None:
+            return
+        flush = FlushRequest(target.scope, target.owner, self.today().isoformat()) if target else None
+        done = await self.storage.sessions.archive(state, through, "flushed", flush=flush)
+        if done is None:
+            return
+        event(
+            log,
+            "session_flushed",
+            session=state.key,
+            messages=done.count,
+            tokens=done.tokens,
+            to_file=flush is not None,
+            threshold=self.budget.flush_tokens,
+        )
+        if flush is not None:
+            self._wake.set()
+
+    def today(self) -> date:
+        return utcnow().astimezone(ZoneInfo(self.config.timezone)).date()
+
+    # -- after a turn: the budget ------------------------------------------------------------------
+
+    def after_turn(self, agent: AgentConfig, state: SessionState) -> None:
+        """Summarize and prune in the background when the session is past its limit (O(1) otherwise)."""
+        if not self.budget.over(state.token_count, state.message_count) or state.id in self._compacting:
+            return
+        task = self._spawn(self._compact(agent, state))
+        self._compacting[state.id] = task
+        task.add_done_callback(lambda _t: self._compacting.pop(state.id, None))
+
+    async def _compact(self, agent: AgentConfig, state: SessionState) -> None:
+        recent = list(state.recent)
+        k = plan_trim([m.role for m in recent], [m.tokens for m in recent], self.budget)
+        through = recent[k - 1].id if k else None
+        if through is None:
+            event(log, "session_trim_impossible", logging.WARNING, session=state.key, tokens=state.token_count)
+            return
+        chain = self.background_chain(agent)
+        if not chain:
+            await self._trim(state, through, "no_model")
+            return
+        words = max(60, min(1500, self.budget.token_limit // 10))
+        text = "\n".join(
+            [f"Summary so far:\n{state.summary}\n" if state.summary else "There is no summary yet.\n"]
+            + ["Messages to fold in:"]
+            + [_line(m.role, m.author, m.content) for m in recent[:k]]
+        )
+        try:
+            summary = await self._ask(chain, SUMMARY_INSTRUCTIONS.format(words=words), text)
+        except LLMError as exc:
+            event(
+                log,
+                "session_summary_failed",
+                logging.WARNING,
+                session=state.key,
+                kind=exc.kind,
+                models=",".join(a.model for a in exc.attempts),
+                tokens=state.token_count,
+                limit=self.budget.token_limit,
+            )
+            if self.budget.twice_over(state.token_count, state.message_count):
+                await self._trim(state, through, "twice_limit")
+            return
+        if not summary:
+            summary = state.summary or ""
+        summary = summary[: words * 8]  # a runaway model must not undo the budget
+        done = await self.storage.sessions.archive(
+            state, through, "summarized", summary=summary, summary_tokens=estimate_tokens(summary)
+        )
+        if done is not None:
+            event(
+                log,
+                "session_summarized",
+                session=state.key,
+                messages=done.count,
+                tokens=done.tokens,
+                kept_tokens=state.token_count,
+                summary_tokens=state.summary_tokens,
+                model=chain[0].model,
+            )
+
+    async def _trim(self, state: SessionState, through: int, reason: str) -> None:
+        done = await self.storage.sessions.archive(state, through, "trimmed")
+        if done is not None:
+            event(
+                log,
+                "session_trimmed_without_summary",
+                logging.WARNING,
+                session=state.key,
+                reason=reason,
+                messages=done.count,
+                tokens=done.tokens,
+                kept_tokens=state.token_count,
+            )
+
+    # -- /new and /reset ---------------------------------------------------------------------------
+
+    async def reset(self, key: str, agent: AgentConfig, user_id: str | None, target: FlushTarget | None) -> None:
+        """Start a fresh session. The cleared transcript is archived and flushed to the daily file,
+        or, with memory.session_memory.enabled false, kept out of memory for good."""
+        keep = self.config.memory.session_memory.enabled
+        flush = None
+        if keep and target is not None and self.config.memory.flush.enabled:
+            flush = FlushRequest(target.scope, target.owner, self.today().isoformat())
+        _state, done = await self.storage.sessions.reset(key, agent.name, user_id, keep=keep, flush=flush)
+        if done is not None and done.flush_id is not None:
+            self._wake.set()
+
+    # -- the flush worker --------------------------------------------------------------------------
+
+    async def _flush_worker(self) -> None:
+        delay: float | None = None
+        while True:
+            if delay is None:
+                await self._wake.wait()
+            else:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
+            self._wake.clear()
+            delay = None
+            try:
+                for job in await self.storage.flushes.pending():
+                    if not await self._flush(job):
+                        delay = FLUSH_RETRY_SECONDS
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # storage trouble: try again later, never die
+                event(log, "session_flush_worker_error", logging.ERROR, error=type(exc).__name__)
+                delay = FLUSH_RETRY_SECONDS
+
+    async def _flush(self, job: FlushJob) -> bool:
+        """Distil one job into its daily file. False when it should be retried later."""
+        agent = self.config.agent(None)
+        assert agent is not None
+        chain = self.background_chain(agent)
+        if not chain:
+            await self.storage.flushes.done(job, "no model configured: not distilled")
+            event(log, "session_flush_skipped", logging.WARNING, session=job.session_key, reason="no_model")
+            return True
+        lines = await self.storage.flushes.lines(job)
+        if not lines:
+            await self.storage.flushes.done(job, "nothing to flush")
+            return True
+        transcript = redact("\n".join(_transcript(lines)), self._secrets)
+        try:
+            answer = await self._ask(chain, FLUSH_INSTRUCTIONS, transcript)
+        except LLMError as exc:
+            if job.attempts + 1 >= MAX_FLUSH_ATTEMPTS:
+                await self.storage.flushes.failed(job, f"{exc.kind}: every model failed")
+                event(log, "session_flush_failed", logging.ERROR, session=job.session_key, kind=exc.kind, final=True)
+                return True
+            await self.storage.flushes.attempted(job, f"{exc.kind}: every model failed")
+            event(log, "session_flush_failed", logging.WARNING, session=job.session_key, kind=exc.kind, final=False)
+            return False
+        bullets = [redact(b, self._secrets) for b in _bullets(answer)]
+        path = self.daily.path(job.scope, job.owner, date.fromisoformat(job.day))  # type: ignore[arg-type]
+        heading = f"{_local_time(self.config.timezone)} · {_source(job.session_key)}"
+        added = await asyncio.to_thread(self.daily.append, path, heading, bullets) if bullets else []
+        await self.storage.flushes.done(job, f"{len(added)} notes")
+        event(
+            log,
+            "session_flush_written",
+            session=job.session_key,
+            scope=job.scope,
+            day=job.day,
+            notes=len(added),
+            skipped=len(bullets) - len(added),
+        )
+        return True
+
+
+def _transcript(lines: list[FlushLine]) -> list[str]:
+    return [_line(ln.role, ln.author, ln.content) for ln in lines if ln.content]
+
+
+def _local_time(zone: str) -> str:
+    now: datetime = utcnow().astimezone(ZoneInfo(zone))
+    return now.strftime("%H:%M")
+
+
+def _source(session_key: str) -> str:
+    """A readable origin for a section heading: "telegram group -1001", "web dm"."""
+    parts = session_key.split(":")
+    return " ".join(parts[:3]) if len(parts) >= 3 else session_key

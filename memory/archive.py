@@ -1,0 +1,269 @@
+"""Reading and searching the session archive: the messages pruned from a session's context (DESIGN §4).
+
+On SQLite the search runs on the FTS5 index `archived_messages_fts` (porter stemming, ranked by
+bm25); other databases use a portable LIKE scan until they get an index of their own. Free text
+never reaches FTS5 as syntax: it is cut into word tokens, each one quoted, joined with OR (with AND
+a multi-word question would find nothing).
+
+Privacy (DESIGN §5): a person sees the archive of their own sessions and of the conversation they
+are in, never another person's; sessions kept out of memory and public conversations are never
+returned, not even to the operator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Integer, case, column, false, func, literal_column, or_, select, table
+from sqlalchemy.engine import Connection, Row
+
+from memory.db import Database
+from memory.schema import archived_messages, sessions
+
+SNIPPET_CHARS = 240
+MAX_LIMIT = 50
+# A pasted page as a query would otherwise walk the posting list of every word in it; the first
+# distinct words carry the question well enough.
+MAX_TERMS = 64
+ELLIPSIS = "…"
+
+# Words that would match nearly every message and drown the ones that mean something.
+STOP_WORDS = frozenset(
+    """
+    a about an and are as at be been but by can could did do does for from had has have how i if in
+    is it its me my of on or our so than that the their them then there these they this to us was we
+    were what when where which who why will with would you your
+    """.split()
+)
+
+_WORD = re.compile(r"[^\W_]+")  # letters and digits, as FTS5's unicode61 tokenizer sees words
+_SEARCHED_ROLES = ("user", "assistant")
+# Marks where FTS5 found the first match (a private-use character no one types).
+_MARK = "\ue000"
+
+_fts = table("archived_messages_fts", column("rowid", Integer))
+_FTS_TABLE: ColumnElement[Any] = literal_column("archived_messages_fts")
+_HIT_COLUMNS = (
+    archived_messages.c.id,
+    archived_messages.c.session_id,
+    sessions.c.key,
+    sessions.c.user_id,
+    archived_messages.c.role,
+    archived_messages.c.author,
+    archived_messages.c.content,
+    archived_messages.c.created_at,
+    archived_messages.c.archived_at,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveHit:
+    id: int
+    session_id: int
+    session_key: str
+    user_id: str | None  # the session's owner
+    role: str
+    author: str | None
+    content: str
+    snippet: str  # at most SNIPPET_CHARS, around the first match, "…" where cut
+    created_at: datetime
+    archived_at: datetime
+    score: float  # higher is better; only comparable within one search
+
+
+# --- pure helpers -------------------------------------------------------------------------------
+
+
+def query_terms(query: str) -> list[str]:
+    """The lowercase, distinct words of a free-text query, stop words dropped unless nothing else is left."""
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+    meaningful = [w for w in words if w not in STOP_WORDS]
+    return (meaningful or words)[:MAX_TERMS]
+
+
+def fts_expression(terms: Sequence[str]) -> str:
+    """An FTS5 MATCH expression finding any of `terms`: each a quoted string, so nothing is syntax."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def make_snippet(content: str, match_at: int | None = None, width: int = SNIPPET_CHARS) -> str:
+    """At most `width` characters of `content` around `match_at` (its start when None), whitespace
+    collapsed, cut at word boundaries where one is near, with "…" on each side that was cut."""
+    if len(content) <= width:
+        return " ".join(content.split())
+    budget = width - 2 * len(ELLIPSIS)
+    at = min(max(match_at or 0, 0), len(content))
+    start = max(0, at - budget // 4)  # some context before the match, most of the room after it
+    end = min(len(content), start + budget)
+    start = max(0, end - budget)
+    slack = 20
+    if start > 0:
+        space = content.find(" ", start, min(at, start + slack))
+        if space != -1:
+            start = space + 1
+    if end < len(content):
+        space = content.rfind(" ", max(at, end - slack), end)
+        if space != -1:
+            end = space
+    body = " ".join(content[start:end].split())
+    return (ELLIPSIS if start > 0 else "") + body + (ELLIPSIS if end < len(content) else "")
+
+
+def first_match(content: str, terms: Sequence[str]) -> int | None:
+    """Where the earliest of `terms` occurs in `content`, ignoring case; None when none does."""
+    if not terms:
+        return None
+    found = re.search("|".join(re.escape(t) for t in terms), content, re.IGNORECASE)
+    return None if found is None else found.start()
+
+
+# --- queries ------------------------------------------------------------------------------------
+
+
+def _visible(user_id: str | None, session_keys: Sequence[str]) -> list[ColumnElement[bool]]:
+    """Filters for what the asker may see (see the module docstring)."""
+    rules: list[ColumnElement[bool]] = [
+        sessions.c.memory_excluded.is_(false()),
+        sessions.c.audience != "public",
+        archived_messages.c.role.in_(_SEARCHED_ROLES),
+    ]
+    mine: list[ColumnElement[bool]] = []
+    if user_id is not None:
+        mine.append(sessions.c.user_id == user_id)
+    if session_keys:
+        mine.append(sessions.c.key.in_(list(session_keys)))
+    if mine:
+        rules.append(or_(*mine))
+    return rules
+
+
+def _hit(row: Row[*tuple[Any, ...]], snippet: str, score: float) -> ArchiveHit:
+    return ArchiveHit(
+        id=row.id,
+        session_id=row.session_id,
+        session_key=row.key,
+        user_id=row.user_id,
+        role=row.role,
+        author=row.author,
+        content=row.content,
+        snippet=snippet,
+        created_at=row.created_at,
+        archived_at=row.archived_at,
+        score=score,
+    )
+
+
+def search_fts(
+    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+) -> list[ArchiveHit]:
+    """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here)."""
+    match = _FTS_TABLE.op("MATCH")(fts_expression(terms))
+    rank = func.bm25(_FTS_TABLE)
+    # highlight() marks where the first matching token starts, stemming included ("running" finds
+    # "runs"); it reads the whole message, so it is asked only for the rows that are returned.
+    marked = func.highlight(_FTS_TABLE, 0, _MARK, "")
+    ranked = (
+        select(archived_messages.c.id, rank.label("rank"))
+        .select_from(
+            _fts.join(archived_messages, archived_messages.c.id == _fts.c.rowid).join(
+                sessions, sessions.c.id == archived_messages.c.session_id
+            )
+        )
+        .where(match, *_visible(user_id, session_keys))
+        .order_by(rank, archived_messages.c.id.desc())
+        .limit(limit)
+        .subquery()
+    )
+    rows = conn.execute(
+        select(*_HIT_COLUMNS, ranked.c.rank, marked.label("marked"))
+        .select_from(
+            ranked.join(_fts, _fts.c.rowid == ranked.c.id)
+            .join(archived_messages, archived_messages.c.id == ranked.c.id)
+            .join(sessions, sessions.c.id == archived_messages.c.session_id)
+        )
+        .where(match)
+        .order_by(ranked.c.rank, archived_messages.c.id.desc())
+    ).all()
+    hits = []
+    for row in rows:
+        at = row.marked.find(_MARK) if _MARK not in row.content else -1
+        start = at if at != -1 else first_match(row.content, terms)
+        hits.append(_hit(row, make_snippet(row.content, start), -float(row.rank)))
+    return hits
+
+
+def search_like(
+    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+) -> list[ArchiveHit]:
+    """Any database: a scan with `lower(content) LIKE %term%`, scored by how many terms match.
+
+    No stemming and no index; good enough until PostgreSQL gets full-text search of its own."""
+    content = func.lower(archived_messages.c.content)
+    matched = [content.like("%" + _escape_like(t) + "%", escape="\\") for t in terms]
+    score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
+    rows = conn.execute(
+        select(*_HIT_COLUMNS, score)
+        .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
+        .where(or_(*matched), *_visible(user_id, session_keys))
+        .order_by(score.desc(), archived_messages.c.id.desc())
+        .limit(limit)
+    ).all()
+    return [_hit(r, make_snippet(r.content, first_match(r.content, terms)), float(r.score)) for r in rows]
+
+
+def _escape_like(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _search(
+    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+) -> list[ArchiveHit]:
+    run = search_fts if conn.dialect.name == "sqlite" else search_like
+    return run(conn, terms, user_id, session_keys, limit)
+
+
+def _for_session(conn: Connection, session_id: int, limit: int) -> list[ArchiveHit]:
+    rows = conn.execute(
+        select(*_HIT_COLUMNS)
+        .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
+        .where(archived_messages.c.session_id == session_id)
+        .order_by(archived_messages.c.id)
+        .limit(limit)
+    ).all()
+    return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
+
+
+def _count(conn: Connection, session_id: int | None) -> int:
+    stmt = select(func.count()).select_from(archived_messages)
+    if session_id is not None:
+        stmt = stmt.where(archived_messages.c.session_id == session_id)
+    return int(conn.execute(stmt).scalar_one())
+
+
+class ArchiveStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def search(
+        self, query: str, *, user_id: str | None = None, session_keys: Sequence[str] = (), limit: int = 10
+    ) -> list[ArchiveHit]:
+        """Archived user and assistant messages matching any word of `query`, best first.
+
+        With `user_id` and/or `session_keys`, only the sessions that person owns or the given
+        conversations; with neither, every session (the operator's view). A query with no words
+        finds nothing."""
+        terms = query_terms(query)
+        if not terms:
+            return []
+        return await self._db.read(_search, terms, user_id, tuple(session_keys), max(1, min(MAX_LIMIT, limit)))
+
+    async def for_session(self, session_id: int, limit: int = 200) -> list[ArchiveHit]:
+        """The archived messages of one session, every role, oldest first (score 0)."""
+        return await self._db.read(_for_session, session_id, limit)
+
+    async def count(self, session_id: int | None = None) -> int:
+        return await self._db.read(_count, session_id)

@@ -1,0 +1,365 @@
+"""The session archive's search over a real SQLite file: FTS5 with stemming and bm25, the LIKE
+fallback other databases use, who may see what, and free text that must never become FTS5 syntax."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import delete, insert
+from sqlalchemy.engine import Connection
+
+from gateway.events import utcnow
+from memory.archive import (
+    ELLIPSIS,
+    MAX_LIMIT,
+    SNIPPET_CHARS,
+    ArchiveStore,
+    fts_expression,
+    make_snippet,
+    query_terms,
+    search_like,
+)
+from memory.schema import archived_messages, sessions
+from memory.storage import Storage
+
+FILLER = [
+    "the weather was lovely in the garden today",
+    "please remind me to call the plumber",
+    "I bought new shoes for the hiking trip",
+    "the cat knocked a glass off the table",
+    "we watched a film about octopuses",
+    "tomorrow the train leaves at seven",
+]
+
+
+class Archive:
+    """A migrated database with helpers to add sessions and archived messages directly."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.store = ArchiveStore(storage.db)
+        self._next_id = 1
+
+    async def session(
+        self, key: str, user_id: str | None, *, audience: str = "personal", excluded: bool = False
+    ) -> int:
+        row = {
+            "key": key,
+            "agent": "main",
+            "user_id": user_id,
+            "created_at": utcnow(),
+            "message_count": 0,
+            "token_count": 0,
+            "audience": audience,
+            "memory_excluded": excluded,
+        }
+        return await self.storage.db.write(_insert_session, row)
+
+    async def add(self, session_id: int, *contents: str, role: str = "user", author: str | None = None) -> list[int]:
+        now = utcnow()
+        rows: list[dict[str, Any]] = []
+        for content in contents:
+            rows.append(
+                {
+                    "id": self._next_id,
+                    "session_id": session_id,
+                    "role": role,
+                    "content": content,
+                    "author": author,
+                    "tokens": len(content) // 4,
+                    "created_at": now - timedelta(minutes=10) + timedelta(seconds=self._next_id),
+                    "archived_at": now,
+                    "reason": "summarized",
+                }
+            )
+            self._next_id += 1
+        await self.storage.db.write(_insert_archived, rows)
+        return [r["id"] for r in rows]
+
+    async def ids(self, query: str, **kwargs: Any) -> list[int]:
+        return [h.id for h in await self.store.search(query, **kwargs)]
+
+
+def _insert_session(conn: Connection, row: dict[str, Any]) -> int:
+    return int(conn.execute(insert(sessions).values(row).returning(sessions.c.id)).scalar_one())
+
+
+def _insert_archived(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    conn.execute(insert(archived_messages), rows)
+
+
+def _delete_archived(conn: Connection, message_id: int) -> None:
+    conn.execute(delete(archived_messages).where(archived_messages.c.id == message_id))
+
+
+@pytest.fixture
+async def archive(tmp_path: Path) -> AsyncIterator[Archive]:
+    storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
+    try:
+        yield Archive(storage)
+    finally:
+        await storage.close()
+
+
+@pytest.fixture
+async def filled(archive: Archive) -> Archive:
+    """Ordinary chatter, so that bm25 has a corpus in which the searched words are rare."""
+    sid = await archive.session("web:filler", "filler")
+    await archive.add(sid, *FILLER)
+    return archive
+
+
+# --- the pure parts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("What did we decide about the Budget meeting?", ["decide", "budget", "meeting"]),
+        ("budget BUDGET budget", ["budget"]),
+        ("what is it", ["what", "is", "it"]),  # only stop words: search them anyway
+        ("snake_case-name", ["snake", "case", "name"]),
+        ("", []),
+        ("   \n\t ", []),
+        ("?!… -- ** ()", []),
+        ("Café 会议 ünïcode", ["café", "会议", "ünïcode"]),
+    ],
+)
+def test_query_terms(query: str, terms: list[str]) -> None:
+    assert query_terms(query) == terms
+
+
+def test_fts_expression_quotes_every_term() -> None:
+    assert fts_expression(["budget", "meeting"]) == '"budget" OR "meeting"'
+    assert fts_expression(['a"b']) == '"a""b"'
+
+
+def test_snippet_of_a_short_message_is_the_message() -> None:
+    assert make_snippet("hello\n\n  world") == "hello world"
+
+
+def test_snippet_is_cut_around_the_match_and_marked() -> None:
+    content = "word " * 200 + "NEEDLE in the middle " + "tail " * 200
+    snippet = make_snippet(content, content.index("NEEDLE"))
+    assert len(snippet) <= SNIPPET_CHARS
+    assert snippet.startswith(ELLIPSIS) and snippet.endswith(ELLIPSIS)
+    assert "NEEDLE in the middle" in snippet
+    head = make_snippet(content)
+    assert not head.startswith(ELLIPSIS) and head.endswith(ELLIPSIS) and head.startswith("word word")
+    end = make_snippet(content, len(content) - 3)
+    assert end.startswith(ELLIPSIS) and not end.endswith(ELLIPSIS)
+
+
+@given(st.text(max_size=2000), st.integers(min_value=-10, max_value=3000))
+def test_snippet_never_exceeds_its_width(content: str, at: int) -> None:
+    snippet = make_snippet(content, at)
+    assert len(snippet) <= SNIPPET_CHARS
+    if len(content) <= SNIPPET_CHARS:
+        assert ELLIPSIS not in snippet or ELLIPSIS in content
+
+
+# --- FTS5 search ---------------------------------------------------------------------------------
+
+
+async def test_a_multi_word_question_finds_a_message_with_one_of_its_words(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    [budget] = await filled.add(sid, "The quarterly budget was approved by finance.")
+    assert await filled.ids("what did we decide about the budget for the offsite?") == [budget]
+
+
+async def test_stemming_finds_other_forms_of_a_word(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    runs, run = await filled.add(sid, "She runs every morning before work.", "We should run the migration tonight.")
+    assert set(await filled.ids("running")) == {runs, run}
+
+
+async def test_more_matching_words_rank_first(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    one, both, other = await filled.add(
+        sid,
+        "The budget spreadsheet is on the shared drive.",
+        "At the budget meeting we agreed on the offsite venue.",
+        "The meeting room was cold.",
+    )
+    hits = await filled.store.search("budget meeting venue")
+    assert hits[0].id == both
+    assert {h.id for h in hits} == {one, both, other}
+    assert all(h.score > 0 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+async def test_hits_carry_the_message_and_its_session(filled: Archive) -> None:
+    sid = await filled.session("telegram:dm:42", "alice")
+    [mid] = await filled.add(sid, "The octopus has three hearts.", role="assistant", author="clawgate")
+    [hit] = await filled.store.search("how many hearts")
+    assert (hit.id, hit.session_id, hit.session_key, hit.user_id) == (mid, sid, "telegram:dm:42", "alice")
+    assert (hit.role, hit.author, hit.content) == ("assistant", "clawgate", "The octopus has three hearts.")
+    assert hit.snippet == hit.content
+    assert hit.created_at.tzinfo is not None and hit.archived_at.tzinfo is not None
+
+
+async def test_the_snippet_shows_the_first_stemmed_match(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    content = "filler " * 150 + "and then the deployments failed twice " + "more " * 150
+    await filled.add(sid, content)
+    [hit] = await filled.store.search("failing")
+    assert hit.content == content
+    assert len(hit.snippet) <= SNIPPET_CHARS and hit.snippet.startswith(ELLIPSIS) and hit.snippet.endswith(ELLIPSIS)
+    assert "the deployments failed twice" in hit.snippet
+
+
+async def test_only_user_and_assistant_messages_are_searched(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    await filled.add(sid, "tool output about zeppelins", role="tool")
+    await filled.add(sid, "system note about zeppelins", role="system")
+    [said] = await filled.add(sid, "I love zeppelins")
+    assert await filled.ids("zeppelins") == [said]
+
+
+async def test_privacy_of_the_archive(filled: Archive) -> None:
+    alice = await filled.session("telegram:dm:1", "alice")
+    bob = await filled.session("telegram:dm:2", "bob")
+    group = await filled.session("telegram:group:-100", None, audience="team")
+    group_by_bob = await filled.session("slack:C1", "bob", audience="team")
+    public = await filled.session("discord:lobby", None, audience="public")
+    excluded = await filled.session("telegram:dm:1", "alice", excluded=True)
+    [a] = await filled.add(alice, "alice's secret password hint is marmalade")
+    [b] = await filled.add(bob, "bob's secret marmalade recipe")
+    [g] = await filled.add(group, "the team prefers marmalade on Fridays")
+    [gb] = await filled.add(group_by_bob, "bob told the slack channel about marmalade")
+    await filled.add(public, "public marmalade chatter")
+    await filled.add(excluded, "alice's forgotten marmalade session")
+
+    assert await filled.ids("marmalade", user_id="alice") == [a]
+    assert set(await filled.ids("marmalade", user_id="bob")) == {gb, b}
+    assert set(await filled.ids("marmalade", user_id="alice", session_keys=["telegram:group:-100"])) == {a, g}
+    assert await filled.ids("marmalade", session_keys=["telegram:group:-100"]) == [g]
+    # A public conversation stays out even when it is the current one.
+    assert await filled.ids("marmalade", user_id="alice", session_keys=["discord:lobby"]) == [a]
+    # The operator sees every session, but never excluded or public ones.
+    assert set(await filled.ids("marmalade")) == {a, b, g, gb}
+    assert await filled.ids("marmalade", user_id="carol") == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        '""',
+        '"unbalanced',
+        "*",
+        "budget*",
+        "NEAR(",
+        "NEAR(budget meeting, 2)",
+        "AND OR NOT",
+        "budget AND",
+        "NOT budget",
+        "content:budget",
+        "col:",
+        "{content}: budget",
+        "((budget",
+        "budget))",
+        "^budget",
+        "budget + meeting",
+        "🎉🎉 party 🎉",
+        "会议记录",
+        "x" * 10_000,
+        "budget meeting " * 700,
+        "\x00 budget \x00",
+        "e\u0301te\u0301",
+    ],
+)
+async def test_hostile_queries_never_raise(filled: Archive, query: str) -> None:
+    sid = await filled.session("web:alice", "alice")
+    await filled.add(sid, "budget meeting notes 会议记录 party")
+    hits = await filled.store.search(query, user_id="alice")
+    assert len(hits) <= MAX_LIMIT
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=300))
+@example(query='" OR "')
+@example(query="NEAR(a b")
+async def test_arbitrary_text_never_raises(filled: Archive, query: str) -> None:
+    hits = await filled.store.search(query, user_id="filler")
+    assert all(h.user_id == "filler" for h in hits)
+
+
+async def test_a_query_without_words_does_not_touch_the_database(archive: Archive) -> None:
+    await archive.storage.close()  # any database work would now raise DatabaseClosed
+    for query in ("", "   ", "\n\t", "?!", "-- ** ()", "🎉"):
+        assert await archive.store.search(query) == []
+
+
+async def test_a_query_of_stop_words_still_searches(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    [mid] = await filled.add(sid, "What is it?")
+    assert mid in await filled.ids("what is it")
+
+
+async def test_limit_is_capped(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    await filled.add(sid, *(f"lighthouse note {i}" for i in range(MAX_LIMIT + 10)))
+    assert len(await filled.ids("lighthouse", limit=0)) == 1
+    assert len(await filled.ids("lighthouse", limit=3)) == 3
+    assert len(await filled.ids("lighthouse", limit=1000)) == MAX_LIMIT
+
+
+async def test_equal_scores_put_the_newest_first(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    first, second = await filled.add(sid, "lighthouse", "lighthouse")
+    assert await filled.ids("lighthouse") == [second, first]
+
+
+async def test_a_deleted_message_leaves_the_index(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    gone, kept = await filled.add(sid, "the lighthouse keeper", "another lighthouse")
+    await filled.storage.db.write(_delete_archived, gone)
+    assert await filled.ids("lighthouse keeper") == [kept]
+
+
+async def test_for_session_and_count(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    other = await filled.session("web:bob", "bob")
+    ids = await filled.add(sid, "one", "two", "three")
+    await filled.add(sid, "a tool result", role="tool")
+    await filled.add(other, "elsewhere")
+    listed = await filled.store.for_session(sid)
+    assert [h.id for h in listed] == [*ids, ids[-1] + 1]
+    assert [h.role for h in listed] == ["user", "user", "user", "tool"]
+    assert [h.id for h in await filled.store.for_session(sid, limit=2)] == ids[:2]
+    assert await filled.store.count(sid) == 4
+    assert await filled.store.count() == 4 + 1 + len(FILLER)
+
+
+# --- the LIKE fallback ---------------------------------------------------------------------------
+
+
+async def test_like_fallback_scores_by_matched_terms(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    bob = await filled.session("web:bob", "bob")
+    hidden = await filled.session("web:alice", "alice", excluded=True)
+    both, one_old, one_new = await filled.add(
+        sid, "Budget for the MEETING room", "the budget is tight", "budget approved, long content " * 20
+    )
+    [theirs] = await filled.add(bob, "bob's budget meeting")
+    await filled.add(hidden, "hidden budget meeting")
+    await filled.add(sid, "100% of the snake_case things")  # LIKE wildcards in content are just text
+
+    hits = await filled.storage.db.read(search_like, query_terms("what about the budget meeting"), "alice", (), 10)
+    assert [h.id for h in hits][:3] == [both, one_new, one_old]
+    assert [h.score for h in hits][:3] == [2.0, 1.0, 1.0]
+    assert theirs not in {h.id for h in hits}
+    assert all(len(h.snippet) <= SNIPPET_CHARS for h in hits)
+    assert "budget" in hits[1].snippet.lower()
+
+    everyone = await filled.storage.db.read(search_like, ["meeting"], None, (), 10)
+    assert {h.id for h in everyone} == {both, theirs}
+    wildcard = await filled.storage.db.read(search_like, ["%", "_"], None, (), 10)
+    assert [h.content for h in wildcard] == ["100% of the snake_case things"]
