@@ -4,6 +4,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
+from gateway.session_memory import FLUSH_INSTRUCTIONS
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, auth
 from tests.fakes.llm import FakeLLM, Reply
 
@@ -127,9 +128,12 @@ async def test_commands(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.Clien
     assert "Started a new conversation" in await say("/new")
     assert "Messages in context: 0" in await say("/status")
     await say("fresh start")
-    assert "remember this" not in str(fake_llm.requests[-1]["messages"])
+    # (/new also has the cleared transcript distilled into the daily notes: not a turn.)
+    turns = [r for r in fake_llm.requests if r["messages"][0]["content"] != FLUSH_INSTRUCTIONS]
+    assert "remember this" not in str(turns[-1]["messages"])
     assert "Unknown command /frobnicate" in await say("/frobnicate")
-    assert len(fake_llm.requests) == 2  # commands never reach the model
+    turns = [r for r in fake_llm.requests if r["messages"][0]["content"] != FLUSH_INSTRUCTIONS]
+    assert len(turns) == 2  # commands never reach the model
 
 
 async def test_unknown_sender_becomes_a_user(gateway: Gateway, http: aiohttp.ClientSession) -> None:
