@@ -32,6 +32,7 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/turn_overhead.py
+	$(PY) benchmarks/session_budget.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
