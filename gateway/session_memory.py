@@ -120,6 +120,7 @@ class SessionMemory:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
+        self.flush_retry_seconds = FLUSH_RETRY_SECONDS
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -330,12 +331,12 @@ class SessionMemory:
             try:
                 for job in await self.storage.flushes.pending():
                     if not await self._flush(job):
-                        delay = FLUSH_RETRY_SECONDS
+                        delay = self.flush_retry_seconds
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # storage trouble: try again later, never die
                 event(log, "session_flush_worker_error", logging.ERROR, error=type(exc).__name__)
-                delay = FLUSH_RETRY_SECONDS
+                delay = self.flush_retry_seconds
 
     async def _flush(self, job: FlushJob) -> bool:
         """Distil one job into its daily file. False when it should be retried later."""
@@ -353,18 +354,20 @@ class SessionMemory:
         transcript = redact("\n".join(_transcript(lines)), self._secrets)
         try:
             answer = await self._ask(chain, FLUSH_INSTRUCTIONS, transcript)
-        except LLMError as exc:
-            if job.attempts + 1 >= MAX_FLUSH_ATTEMPTS:
-                await self.storage.flushes.failed(job, f"{exc.kind}: every model failed")
-                event(log, "session_flush_failed", logging.ERROR, session=job.session_key, kind=exc.kind, final=True)
-                return True
-            await self.storage.flushes.attempted(job, f"{exc.kind}: every model failed")
-            event(log, "session_flush_failed", logging.WARNING, session=job.session_key, kind=exc.kind, final=False)
-            return False
-        bullets = [redact(b, self._secrets) for b in _bullets(answer)]
-        path = self.daily.path(job.scope, job.owner, date.fromisoformat(job.day))  # type: ignore[arg-type]
-        heading = f"{_local_time(self.config.timezone)} · {_source(job.session_key)}"
-        added = await asyncio.to_thread(self.daily.append, path, heading, bullets) if bullets else []
+            bullets = [redact(b, self._secrets) for b in _bullets(answer)]
+            path = self.daily.path(job.scope, job.owner, date.fromisoformat(job.day))  # type: ignore[arg-type]
+            heading = f"{_local_time(self.config.timezone)} · {_source(job.session_key)}"
+            added = await asyncio.to_thread(self.daily.append, path, heading, bullets) if bullets else []
+        except (LLMError, OSError) as exc:
+            kind = exc.kind if isinstance(exc, LLMError) else f"file: {type(exc).__name__}"
+            final = job.attempts + 1 >= MAX_FLUSH_ATTEMPTS
+            if final:
+                await self.storage.flushes.failed(job, kind)
+            else:
+                await self.storage.flushes.attempted(job, kind)
+            level = logging.ERROR if final else logging.WARNING
+            event(log, "session_flush_failed", level, session=job.session_key, kind=kind, final=final)
+            return final
         await self.storage.flushes.done(job, f"{len(added)} notes")
         event(
             log,

@@ -316,3 +316,32 @@ async def test_a_restarted_gateway_keeps_the_summary(
     again: Gateway = await gateway_factory(fake_llm, memory__session_memory__max_tokens=200)
     await say(http, again, "hello again")
     assert turns(fake_llm)[-1]["messages"][1]["content"].endswith(SUMMARY)
+
+
+async def test_a_failing_flush_is_retried_and_finally_given_up(
+    gateway_factory,
+    fake_llm: FakeLLM,
+    background: Background,
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # type: ignore[no-untyped-def]
+    fake_llm.default = background
+    gw: Gateway = await gateway_factory(fake_llm, ai__retries=0)
+    assert gw.session_memory is not None and gw.storage is not None
+    caplog.set_level(logging.INFO, "clawgate")
+    gw.session_memory.flush_retry_seconds = 0.05
+    background.flushes.extend([Fail(503), Reply("- The launch moved to Monday.")])
+    await say(http, gw, "the launch moved to Monday")
+    await say(http, gw, "/new")
+    await gw.session_memory.idle()  # the first attempt failed, the retry wrote the note
+    assert "session_flush_failed" in caplog.text and "final=False" in caplog.text
+    day = gw.session_memory.today().isoformat()
+    assert "Monday" in (gw.config.storage.data_dir / "memory" / "users" / "alice" / f"{day}.md").read_text()
+
+    background.flushes.extend([Fail(500)] * 10)
+    await say(http, gw, "something else entirely")
+    await say(http, gw, "/new")
+    await gw.session_memory.idle()
+    assert "final=True" in caplog.text
+    assert await gw.storage.flushes.counts() == {"done": 1, "failed": 1}
+    assert await gw.storage.archive.search("entirely", user_id="alice")  # nothing lost: still archived
