@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
 from gateway.config import Config  # noqa: E402
 from gateway.llm import LLMClient  # noqa: E402
 from gateway.session_memory import SessionMemory  # noqa: E402
+from gateway.turn import system_prompt  # noqa: E402
 from memory.budget import Budget, plan_flush, plan_trim  # noqa: E402
 from memory.daily import DailyFiles  # noqa: E402
 from memory.sessions import Message  # noqa: E402
@@ -67,10 +68,11 @@ async def grow(max_messages: int, with_storage: bool) -> dict[int, float]:
         try:
             memory = SessionMemory(config, storage, LLMClient(), DailyFiles(Path(tmp) / "memory"), [])
             agent = config.agents.list[0]
+            system = system_prompt(agent)
             warm = await storage.sessions.active("bench:dm:warm-up", agent.name, "u1")
             for i in range(100):  # caches and lazy imports settle in another session first
                 pair = [Message("user", f"{USER}{i}"), Message("assistant", f"{REPLY}{i}")]
-                await memory.before_turn(agent, warm, pair[:1], None)
+                await memory.before_turn(system, warm, pair[:1], None)
                 await storage.sessions.append(warm, pair)
                 memory.after_turn(agent, warm)
             state = await storage.sessions.active("bench:dm:1", agent.name, "u1")
@@ -80,7 +82,7 @@ async def grow(max_messages: int, with_storage: bool) -> dict[int, float]:
                 turn += 1
                 t0 = time.perf_counter()
                 user = Message("user", f"{USER}{turn}", author="bench:1")
-                await memory.before_turn(agent, state, [user], None)
+                await memory.before_turn(system, state, [user], None)
                 reply = Message("assistant", f"{REPLY}{turn}")
                 if with_storage:
                     await storage.sessions.append(state, [user, reply])

@@ -16,6 +16,7 @@ from gateway.auth import TokenAuth
 from gateway.commands import COMMANDS
 from gateway.config import Config
 from gateway.config_load import secret_values
+from gateway.context import CoreFiles, PromptContext
 from gateway.delivery import Delivery
 from gateway.events import ConversationRef
 from gateway.llm import LLMClient
@@ -101,7 +102,14 @@ class Gateway:
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets))
         engine = TurnEngine(self.config, self.llm, ToolRegistry([CURRENT_TIME, search_archive_tool(storage.archive)]))
         self.router = Router(
-            self.config, storage, engine, Delivery(storage.journal), self.adapters, self.metrics, self.session_memory
+            self.config,
+            storage,
+            engine,
+            Delivery(storage.journal),
+            self.adapters,
+            self.metrics,
+            self.session_memory,
+            PromptContext(self.config, CoreFiles(daily)),
         )
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)

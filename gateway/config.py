@@ -205,6 +205,18 @@ class FlushConfig(_Strict):
     threshold_tokens: Annotated[int, Field(ge=10)] | None = None
 
 
+def _system_role() -> list[Role]:
+    return ["system"]
+
+
+class WriteAccessConfig(_Strict):
+    """Who may write global memory: admins, these roles, these users; with enabled false only admins."""
+
+    enabled: bool = True
+    allowed_roles: list[Role] = Field(default_factory=_system_role)
+    allowed_users: list[str] = Field(default_factory=list)
+
+
 class MemorySearchConfig(_Strict):
     enabled: bool | None = None  # accepted, not read (recall arrives with the long-term store)
 
@@ -213,6 +225,13 @@ DEFAULT_AUTO_FLUSH_TOKENS = 80_000
 
 
 class MemoryConfig(_Strict):
+    # false: memory is off entirely (no Memory.md, no recall, no memory tools, nothing formed).
+    enabled: bool = True
+    # Each Memory.md injected into the prompt keeps at most this many characters (beginning and end).
+    bootstrap_max_chars: Annotated[int, Field(ge=0)] = 20_000
+    # All memory in one prompt (cores, recalled memories, notes); 0 = no limit. Lowest priority goes first.
+    context_budget_chars: Annotated[int, Field(ge=0)] = 32_000
+    write_access: WriteAccessConfig = Field(default_factory=WriteAccessConfig)
     # One request past this many tokens: its older messages are distilled into today's daily file.
     auto_flush_tokens: Annotated[int, Field(ge=10)] = DEFAULT_AUTO_FLUSH_TOKENS
     flush: FlushConfig = Field(default_factory=FlushConfig)

@@ -22,7 +22,7 @@ from gateway.ports import SessionBusy
 from gateway.router import Router
 from gateway.session_memory import FlushTarget
 from gateway.tools import ToolContext
-from gateway.turn import TurnEngine, TurnResult, build_messages, system_prompt
+from gateway.turn import TurnEngine, TurnResult, build_messages
 from memory.sessions import Message
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
@@ -152,7 +152,8 @@ class OpenAIApi:
                 raise _error(429, "too many requests waiting in this session", "rate_limit_error") from None
         else:
             key = f"api:ephemeral:{uuid.uuid4().hex}"
-            prompt = [{"role": "system", "content": system_prompt(agent)}] + [m.to_llm() for m in msgs]
+            system = self.router.context.system(agent, user_id, "personal")
+            prompt = [{"role": "system", "content": system}] + [m.to_llm() for m in msgs]
             response, _ = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
         self.metrics.turn_latency.labels("api").observe(time.perf_counter() - started)
         return response
@@ -173,8 +174,9 @@ class OpenAIApi:
         state = await self.storage.sessions.active(key, agent.name, user_id)
         user_msg = Message("user", newest.content, author=f"api:{user_id}")
         memory = self.router.session_memory
-        await memory.before_turn(agent, state, [user_msg], FlushTarget("user", user_id))
-        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary)
+        system = self.router.context.system(agent, user_id, "personal")
+        await memory.before_turn(system, state, [user_msg], FlushTarget("user", user_id))
+        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
         response, result = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
         if result is not None:
             await self.storage.sessions.append(state, [user_msg, *result.produced])

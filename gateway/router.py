@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway import access, commands
 from gateway.config import ChatChannelConfig, Config
+from gateway.context import PromptContext
 from gateway.delivery import Delivery
 from gateway.events import ConversationKind, ConversationRef, MessageReceived, event_from_payload, event_to_payload
 from gateway.logs import event
@@ -47,9 +48,11 @@ class Router:
         adapters: dict[str, Adapter],
         metrics: Metrics,
         session_memory: SessionMemory,
+        context: PromptContext,
     ) -> None:
         self.config = config
         self.session_memory = session_memory
+        self.context = context
         self.storage = storage
         self.engine = engine
         self.delivery = delivery
@@ -259,8 +262,9 @@ class Router:
         state = await self.storage.sessions.active(key, agent.name, user.id, audience)
         user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
-        await self.session_memory.before_turn(agent, state, [user_msg], target)
-        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary)
+        system = self.context.system(agent, user.id, audience)
+        await self.session_memory.before_turn(system, state, [user_msg], target)
+        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
         ctx = ToolContext(user_id=user.id, session_key=key, timezone=self.config.timezone, audience=audience)
         outcome = "ok"
         sent = None

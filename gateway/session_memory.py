@@ -28,7 +28,6 @@ from gateway.config import AgentConfig, Config
 from gateway.events import utcnow
 from gateway.llm import Completion, LLMClient, LLMError, ModelSpec
 from gateway.logs import event
-from gateway.turn import system_prompt
 from memory.budget import Budget, plan_flush, plan_trim
 from memory.flushes import FlushJob, FlushLine
 from memory.redact import redact
@@ -184,24 +183,24 @@ class SessionMemory:
 
     # -- before a turn: auto-flush -----------------------------------------------------------------
 
-    def request_tokens(self, agent: AgentConfig, state: SessionState, new: list[Message]) -> int:
+    def request_tokens(self, system: str, state: SessionState, new: list[Message]) -> int:
         return (
-            estimate_tokens(system_prompt(agent))
+            estimate_tokens(system)
             + state.summary_tokens
             + state.token_count
             + sum(m.tokens for m in new)
         )
 
     async def before_turn(
-        self, agent: AgentConfig, state: SessionState, new: list[Message], target: FlushTarget | None
+        self, system: str, state: SessionState, new: list[Message], target: FlushTarget | None
     ) -> None:
         """Drop the older messages of a request that would pass auto_flush_tokens, into the archive
         and (through a flush job) today's daily file. O(1) unless it has work to do."""
         if not self.config.memory.flush.enabled:
             return
-        if self.request_tokens(agent, state, new) <= self.budget.flush_tokens:
+        if self.request_tokens(system, state, new) <= self.budget.flush_tokens:
             return
-        fixed = estimate_tokens(system_prompt(agent)) + state.summary_tokens + sum(m.tokens for m in new)
+        fixed = estimate_tokens(system) + state.summary_tokens + sum(m.tokens for m in new)
         recent = list(state.recent)
         k = plan_flush([m.role for m in recent], [m.tokens for m in recent], fixed, self.budget)
         through = recent[k - 1].id if k else None

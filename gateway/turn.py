@@ -47,11 +47,16 @@ SUMMARY_HEADING = "Summary of the earlier part of this conversation (older messa
 
 
 def build_messages(
-    agent: AgentConfig, history: list[Message], new: list[Message], summary: str | None = None
+    agent: AgentConfig,
+    history: list[Message],
+    new: list[Message],
+    summary: str | None = None,
+    system: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Instructions, the session's summary, then its messages: the same prefix from turn to turn
-    until the session is next summarized (prompt-cache friendly)."""
-    out: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(agent)}]
+    """The system prompt (by default the agent's instructions alone; see gateway/context.py), the
+    session's summary, then its messages: the same prefix from turn to turn until the session is
+    next summarized or Memory.md changes (prompt-cache friendly)."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system or system_prompt(agent)}]
     if summary:
         out.append({"role": "system", "content": f"{SUMMARY_HEADING}\n{summary}"})
     for m in (*history, *new):

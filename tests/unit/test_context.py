@@ -1,0 +1,99 @@
+"""The memory core in the system prompt: per-file caps that keep both ends, and a budget that drops
+the lowest-priority sections first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.config import Config
+from gateway.context import MEMORY_PREAMBLE, CoreFiles, PromptContext, Section, fit, keep_ends
+from memory.daily import DailyFiles
+
+
+@given(st.text(max_size=3000), st.integers(min_value=60, max_value=2000))
+def test_keep_ends_fits_and_keeps_both_ends(text: str, limit: int) -> None:
+    out = keep_ends(text, limit)
+    if len(text) <= limit:
+        assert out == text
+    else:
+        assert len(out) <= limit
+        assert "characters omitted" in out
+        head = out.split("\n\n[…", 1)[0]
+        assert text.startswith(head)
+
+
+def test_keep_ends_marks_what_was_cut() -> None:
+    text = "BEGIN " + "x" * 1000 + " END"
+    out = keep_ends(text, 200)
+    assert out.startswith("BEGIN") and out.endswith(" END") and len(out) <= 200
+
+
+def test_fit_drops_lowest_priority_first_and_cuts_the_last_one() -> None:
+    a, b, c = Section("a", "A" * 50, 0), Section("b", "B" * 50, 1), Section("c", "C" * 50, 2)
+    assert fit([c, a, b], 0) == [a, b, c]  # no limit
+    assert fit([c, a, b], 150) == [a, b, c]
+    assert fit([c, a, b], 149) == [a, b]
+    assert fit([c, a, b], 60) == [a]
+    [cut] = fit([a, b], 30)
+    assert cut.title == "a" and len(cut.text) <= 30
+    assert fit([Section("empty", "  ", 0), b], 100) == [b]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> CoreFiles:
+    return CoreFiles(DailyFiles(tmp_path / "memory"))
+
+
+def context(files: CoreFiles, **memory: object) -> PromptContext:
+    return PromptContext(Config.model_validate({"memory": memory}), files)
+
+
+def test_system_prompt_is_instructions_then_memory(files: CoreFiles) -> None:
+    files.global_path().parent.mkdir(parents=True)
+    files.global_path().write_text("Team rule: deploys on Tuesdays.")
+    files.personal_path("alice").parent.mkdir(parents=True)
+    files.personal_path("alice").write_text("Alice prefers short answers.")
+    ctx = context(files)
+    agent = ctx.config.agents.list[0]
+    text = ctx.system(agent, "alice", "personal")
+    assert text.startswith(agent.instructions.strip())
+    assert text.index(MEMORY_PREAMBLE) < text.index("deploys on Tuesdays") < text.index("short answers")
+    assert "short answers" not in ctx.system(agent, "bob", "personal")  # never another person's core
+    assert ctx.system(agent, "alice", "public") == agent.instructions.strip()  # inert in public
+    off = context(files, enabled=False)
+    assert off.system(agent, "alice", "personal") == agent.instructions.strip()
+
+
+def test_files_are_capped_and_edits_are_seen(files: CoreFiles) -> None:
+    files.global_path().parent.mkdir(parents=True)
+    files.global_path().write_text("FIRST " + "g" * 5000 + " LAST")
+    ctx = context(files, bootstrap_max_chars=300)
+    agent = ctx.config.agents.list[0]
+    text = ctx.system(agent, None, "team")
+    assert "FIRST" in text and "LAST" in text and "characters omitted" in text
+    files.global_path().write_text("Edited core.")
+    assert "Edited core." in ctx.system(agent, None, "team")
+
+
+def test_an_agents_own_cap_wins(files: CoreFiles) -> None:
+    files.global_path().parent.mkdir(parents=True)
+    files.global_path().write_text("x" * 1000)
+    cfg = Config.model_validate(
+        {"agents": {"list": [{"name": "terse", "bootstrap_max_chars": 100}]}, "memory": {"bootstrap_max_chars": 5000}}
+    )
+    ctx = PromptContext(cfg, files)
+    assert len(ctx.memory_sections(cfg.agents.list[0], None, "team")[0].text) <= 100
+
+
+def test_the_budget_drops_the_personal_core_before_the_shared_one(files: CoreFiles) -> None:
+    files.global_path().parent.mkdir(parents=True)
+    files.global_path().write_text("S" * 300)
+    files.personal_path("alice").parent.mkdir(parents=True)
+    files.personal_path("alice").write_text("P" * 300)
+    ctx = context(files, context_budget_chars=400)
+    titles = [s.title for s in ctx.memory_sections(ctx.config.agents.list[0], "alice", "personal")]
+    assert titles == ["Memory.md (shared)"]
