@@ -21,7 +21,8 @@ from gateway.delivery import Delivery
 from gateway.events import ConversationRef
 from gateway.llm import LLMClient
 from gateway.logs import event, setup_logging
-from gateway.memory_tools import search_archive_tool
+from gateway.memory_service import MemoryService
+from gateway.memory_tools import memory_tools, search_archive_tool
 from gateway.metrics import Metrics
 from gateway.openai_api import OpenAIApi
 from gateway.ports import Adapter, ChannelServices, HistoryItem
@@ -100,7 +101,11 @@ class Gateway:
 
         daily = DailyFiles(self.config.storage.data_dir / "memory", secrets)
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets))
-        engine = TurnEngine(self.config, self.llm, ToolRegistry([CURRENT_TIME, search_archive_tool(storage.archive)]))
+        memory = MemoryService(self.config, storage.records, list(secrets))
+        tools = [CURRENT_TIME]
+        if self.config.memory.enabled:  # off entirely: no memory tool is even offered
+            tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
+        engine = TurnEngine(self.config, self.llm, ToolRegistry(tools))
         self.router = Router(
             self.config,
             storage,
@@ -110,6 +115,7 @@ class Gateway:
             self.metrics,
             self.session_memory,
             PromptContext(self.config, CoreFiles(daily)),
+            memory,
         )
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)

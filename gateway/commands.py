@@ -7,12 +7,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gateway import memory_commands
 from gateway.config import AgentConfig, Config
 from gateway.events import ConversationKind, MessageReceived
+from gateway.memory_service import MemoryService
 from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.turn import model_chain
 from memory.identities import User
 from memory.links import LinkError
+from memory.policy import Actor
 from memory.storage import Storage
 
 
@@ -46,6 +49,11 @@ class CommandContext:
     session_memory: SessionMemory
     limiter: AttemptLimiter = field(default_factory=AttemptLimiter)
     audience: str = "personal"
+    memory: MemoryService | None = None
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(self.user.id, frozenset(self.user.roles), "chat")
 
     @property
     def flush_target(self) -> FlushTarget | None:
@@ -153,6 +161,10 @@ async def _whoami(ctx: CommandContext, _args: str) -> str:
     )
 
 
+def _memory_on(ctx: CommandContext) -> bool:
+    return _anyone(ctx) and ctx.memory is not None and ctx.config.memory.enabled and ctx.audience != "public"
+
+
 def _is_admin(ctx: CommandContext) -> bool:
     return ctx.user.has_role("admin")
 
@@ -205,6 +217,16 @@ COMMANDS: dict[str, Command] = {
         Command("reset", "same as /new: clear this conversation's context", _new, _owner_or_admin),
         Command("status", "model, session size and estimated tokens", _status),
         Command("archive", "search the older messages of your conversations: /archive WORDS", _archive),
+        Command(
+            "remember",
+            "keep something in memory: /remember TEXT (--channel, --global)",
+            memory_commands.remember,
+            _memory_on,
+        ),
+        Command("forget", "forget a memory: /forget ID", memory_commands.forget, _memory_on),
+        Command(
+            "memory", "search, show, list and review memories: /memory for help", memory_commands.memory, _memory_on
+        ),
         Command("whoami", "your user id, linked identities and roles", _whoami),
         Command("link", "join your accounts on several platforms: /link, then /link CODE elsewhere", _link),
         Command("pair", "approve people waiting to talk to the assistant (admins)", _pair, _is_admin),

@@ -7,8 +7,11 @@ import json
 from typing import Any
 
 from gateway.commands import archive_scope
+from gateway.memory_service import MemoryRefused, MemoryService
 from gateway.tools import Tool, ToolContext
 from memory.archive import ArchiveStore
+from memory.model import MemoryRecord, Scope
+from memory.policy import Actor, Where, instruction_grade
 
 ARCHIVE_RESULT_CHARS = 500
 
@@ -59,3 +62,140 @@ def search_archive_tool(store: ArchiveStore) -> Tool:
         run=run,
         memory=True,
     )
+
+
+def _json(data: object) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _brief(record: MemoryRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "content": record.content,
+        "scope": str(record.scope),
+        "memory_class": record.memory_class.value,
+        "provenance": record.provenance.value,
+        "use": "instruction" if instruction_grade(record) else "evidence",
+    }
+
+
+def _actor_where(service: MemoryService, ctx: ToolContext) -> tuple[Actor, Where]:
+    return Actor(ctx.user_id, frozenset(ctx.roles), "tool"), service.where(ctx.audience, ctx.session_key)
+
+
+def memory_tools(service: MemoryService) -> list[Tool]:
+    """find_memories, get_memories, store_memory, update_memory: the model's reach into long-term
+    memory, always as the person it is talking to and with less trust than them (run "tool")."""
+
+    async def find(ctx: ToolContext, args: dict[str, Any]) -> str:
+        actor, where = _actor_where(service, ctx)
+        query = str(args.get("query") or "").strip()
+        if not query:
+            return _json({"error": "query is required"})
+        found = await service.search(actor, where, query, limit=_limit(args.get("limit"), 5, 20))
+        return _json({"memories": [dict(_brief(f.record), score=round(f.score, 3)) for f in found]})
+
+    async def get(ctx: ToolContext, args: dict[str, Any]) -> str:
+        actor, where = _actor_where(service, ctx)
+        ids = args.get("ids")
+        if not isinstance(ids, list) or not ids:
+            return _json({"error": "ids must be a non-empty list of memory ids, copied verbatim"})
+        out, missing = [], []
+        for rid in [str(i) for i in ids[:20]]:
+            record = await service.get(actor, where, rid)
+            if record is None:
+                missing.append(rid)
+            else:
+                out.append(_brief(record))
+        return _json({"memories": out, "not_found": missing})
+
+    async def store(ctx: ToolContext, args: dict[str, Any]) -> str:
+        actor, where = _actor_where(service, ctx)
+        content = str(args.get("content") or "")
+        # The turn's own scope (the person's in a DM, the conversation's in a group); may narrow.
+        narrow = args.get("scope") == "personal"
+        scope = Scope.personal(ctx.user_id) if narrow or where.audience != "team" else Scope.channel(ctx.session_key)
+        try:
+            record = await service.remember(actor, where, content, scope=scope)
+        except MemoryRefused as exc:
+            return _json({"error": f"not stored: {exc}"})
+        return _json({"stored": _brief(record), "note": "stored as evidence: the person may confirm it"})
+
+    async def update(ctx: ToolContext, args: dict[str, Any]) -> str:
+        actor, where = _actor_where(service, ctx)
+        rid = str(args.get("id") or "")
+        try:
+            if args.get("delete") is True:
+                record = await service.forget(actor, where, rid)
+                return _json({"forgotten": record.id})
+            content = str(args.get("content") or "")
+            action = "supersede" if args.get("supersede") is True else "edit"
+            record = await service.review(actor, where, action, rid, content)
+        except MemoryRefused as exc:
+            return _json({"error": f"not changed: {exc}"})
+        return _json({"updated": _brief(record)})
+
+    ids_schema = {"type": "array", "items": {"type": "string"}, "description": "memory ids (mem-…), copied verbatim"}
+    return [
+        Tool(
+            "find_memories",
+            "Search the long-term memories this person may see (their own, this conversation's, shared ones). "
+            "Use before answering questions about their preferences, decisions or facts they told you.",
+            {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 20}},
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+            find,
+            memory=True,
+        ),
+        Tool(
+            "get_memories",
+            "Read memories by id (ids from find_memories, copied verbatim).",
+            {"type": "object", "properties": {"ids": ids_schema}, "required": ["ids"], "additionalProperties": False},
+            get,
+            memory=True,
+        ),
+        Tool(
+            "store_memory",
+            "Save a compact fact, preference or decision ONLY when the person explicitly asks you to remember "
+            "it. It is kept in their own memory (in a group: the group's), as evidence they can confirm.",
+            {
+                "type": "object",
+                "properties": {
+                    "content": {"type": "string", "description": "one compact statement"},
+                    "scope": {"type": "string", "enum": ["personal"], "description": "narrow a group memory to theirs"},
+                },
+                "required": ["content"],
+                "additionalProperties": False,
+            },
+            store,
+            memory=True,
+        ),
+        Tool(
+            "update_memory",
+            "Correct (content), replace (supersede: true, with the new content) or delete (delete: true) a "
+            "memory by id, when the person asks.",
+            {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "content": {"type": "string"},
+                    "supersede": {"type": "boolean"},
+                    "delete": {"type": "boolean"},
+                },
+                "required": ["id"],
+                "additionalProperties": False,
+            },
+            update,
+            memory=True,
+        ),
+    ]
+
+
+def _limit(value: object, default: int, cap: int) -> int:
+    try:
+        return max(1, min(int(value), cap)) if value is not None else default  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return default

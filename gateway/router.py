@@ -12,16 +12,19 @@ from typing import Any
 
 from gateway import access, commands
 from gateway.config import ChatChannelConfig, Config
+from gateway.config_load import secret_values
 from gateway.context import PromptContext
 from gateway.delivery import Delivery
 from gateway.events import ConversationKind, ConversationRef, MessageReceived, event_from_payload, event_to_payload
 from gateway.logs import event
+from gateway.memory_service import MemoryService
 from gateway.metrics import Metrics
 from gateway.ports import Adapter, DeliveryError, SessionBusy
 from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, build_messages
 from memory.identities import User
+from memory.redact import contains_secret, redact
 from memory.sessions import Message
 from memory.storage import Storage
 
@@ -49,7 +52,9 @@ class Router:
         metrics: Metrics,
         session_memory: SessionMemory,
         context: PromptContext,
+        memory: MemoryService | None = None,
     ) -> None:
+        self.memory = memory
         self.config = config
         self.session_memory = session_memory
         self.context = context
@@ -62,6 +67,7 @@ class Router:
         self._limiter = commands.AttemptLimiter()
         self._declared = config.declared_identities()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._secrets = secret_values(config)
 
     def session_key_for(self, ref: ConversationRef, user: User) -> str:
         if ref.kind == ConversationKind.DM and self.config.session.dm_scope == "per_user":
@@ -113,7 +119,7 @@ class Router:
             self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
             if not isinstance(self.config.channels.get(ev.ref.channel), ChatChannelConfig):
                 raise SessionBusy(ev.ref.session_key)  # HTTP callers get a 429 and retry
-        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key, event_to_payload(ev)):
+        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key, self._journaled(ev)):
             self.metrics.duplicates.labels(ev.ref.channel).inc()
             event(log, "inbound_duplicate", channel=ev.ref.channel, event_id=ev.event_id)
             return
@@ -123,6 +129,15 @@ class Router:
             await self._answer(adapter, ev, BUSY, "refused")
             return
         await self._process(ev, adapter)
+
+    def _journaled(self, ev: MessageReceived) -> dict[str, Any]:
+        """The payload kept in the journal. A /remember with a secret in it is refused, and the
+        secret must not be stored anywhere either: the journal keeps it redacted."""
+        payload = event_to_payload(ev)
+        parsed = commands.parse(ev.text)
+        if parsed is not None and parsed[0] in ("remember", "memory") and contains_secret(ev.text, self._secrets):
+            payload["text"] = redact(ev.text, self._secrets)
+        return payload
 
     async def _admit(self, ev: MessageReceived, adapter: Adapter, user: User, is_command: bool) -> bool:
         """Access policy and size limits. False: the event was answered or ignored here, and finished."""
@@ -204,6 +219,7 @@ class Router:
                         self.session_memory,
                         self._limiter,
                         self.audience(ev.ref),
+                        self.memory,
                     )
                     await self._answer(adapter, ev, await commands.dispatch(ctx, *parsed))
                     outcome = "command"
@@ -265,7 +281,9 @@ class Router:
         system = self.context.system(agent, user.id, audience)
         await self.session_memory.before_turn(system, state, [user_msg], target)
         prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
-        ctx = ToolContext(user_id=user.id, session_key=key, timezone=self.config.timezone, audience=audience)
+        ctx = ToolContext(
+            user_id=user.id, session_key=key, timezone=self.config.timezone, audience=audience, roles=user.roles
+        )
         outcome = "ok"
         sent = None
         try:

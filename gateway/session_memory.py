@@ -184,12 +184,7 @@ class SessionMemory:
     # -- before a turn: auto-flush -----------------------------------------------------------------
 
     def request_tokens(self, system: str, state: SessionState, new: list[Message]) -> int:
-        return (
-            estimate_tokens(system)
-            + state.summary_tokens
-            + state.token_count
-            + sum(m.tokens for m in new)
-        )
+        return estimate_tokens(system) + state.summary_tokens + state.token_count + sum(m.tokens for m in new)
 
     async def before_turn(
         self, system: str, state: SessionState, new: list[Message], target: FlushTarget | None

@@ -18,6 +18,7 @@ class ToolContext:
     session_key: str
     timezone: str
     audience: str = "personal"  # personal | team | public (memory tools are hidden in public)
+    roles: tuple[str, ...] = ()  # the person's roles: memory tools act for them, with less trust
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 
 
@@ -195,4 +196,59 @@ pairing_requests = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("approved_at", UTCDateTime),
     Column("approved_by", String(128)),
+)
+
+# Long-term memory records (DESIGN §6). `id` (mem-…) is the stable name everything else uses; `seq`
+# is an internal integer key for SQLite's FTS5 index (memory_records_fts, content_rowid='seq'), which
+# needs an integer rowid that VACUUM never renumbers: an INTEGER PRIMARY KEY is exactly that, while
+# a text primary key leaves the rowid implicit and unstable. A text primary key in SQLite is a unique
+# index anyway, so lookups by id cost the same.
+memory_records = Table(
+    "memory_records",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(40), nullable=False, unique=True),
+    Column("content", Text, nullable=False),  # "" once forgotten: the text lives on only in revisions
+    Column("memory_class", String(16), nullable=False),  # durable_fact | evidence | trace
+    Column("provenance", String(16), nullable=False),
+    # The use policy, one column per flag so that recall can filter on them.
+    Column("use_instruction", Boolean, nullable=False),
+    Column("use_evidence", Boolean, nullable=False),
+    Column("needs_confirmation", Boolean, nullable=False),
+    Column("no_auto_inject", Boolean, nullable=False),
+    Column("scope", String(512), nullable=False),  # personal:<user> | channel:<conv> | project:<name> | global
+    Column("scope_kind", String(16), nullable=False),  # for "any project" filters
+    Column("sensitivity", String(16), nullable=False),  # normal | sensitive
+    Column("review_status", String(16), nullable=False),
+    Column("status", String(16), nullable=False),  # active | superseded | deleted
+    Column("author", String(255), nullable=False),
+    Column("source", String(512)),  # the message or artifact it came from
+    Column("attribution", String(255)),  # who said it, for attributed communication
+    Column("origin_audience", String(16), nullable=False),  # personal | team | public
+    Column("tags", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime),  # None: never (durable facts)
+    Column("superseded_by", String(40)),  # no foreign key: purging the newer record must stay possible
+    Column("revision", Integer, nullable=False),
+    Index("ix_memory_records_scope_status", "scope", "status"),
+    Index("ix_memory_records_scope_kind", "scope_kind"),
+    Index("ix_memory_records_review_status", "review_status"),
+    Index("ix_memory_records_expires_at", "expires_at"),
+)
+
+# Every change to a record, with the whole record before and after: inspectable and undoable.
+memory_revisions = Table(
+    "memory_revisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("record_id", String(40), ForeignKey("memory_records.id"), nullable=False),
+    Column("revision", Integer, nullable=False),
+    Column("action", String(32), nullable=False),  # create | edit | confirm | … | forget | undo | import
+    Column("actor", String(255), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("before", JSON),  # None for create and import
+    Column("after", JSON, nullable=False),
+    Column("note", String(255)),
+    UniqueConstraint("record_id", "revision"),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from memory.archive import ArchiveStore
 from memory.db import Database
 from memory.flushes import FlushStore
+from memory.records import RecordStore
 from memory.identities import IdentityStore
 from memory.journal import Journal
 from memory.links import LinkStore, PairingStore
@@ -18,6 +19,7 @@ class Storage:
         self.sessions = SessionStore(db)
         self.flushes = FlushStore(db)
         self.archive = ArchiveStore(db)
+        self.records = RecordStore(db)
         self.journal = Journal(db)
         self.links = LinkStore(db)
         self.pairing = PairingStore(db)

@@ -1,0 +1,280 @@
+"""Long-term memory as people and the model reach it (DESIGN §6): one place that applies the policy,
+the write-back filter and the trust defaults in front of the record store, so chat commands, model
+tools and the CLI cannot differ on who may see or change what.
+
+Answers are short texts for people; refusals say why. A record someone may not read is reported
+exactly like a record that does not exist, so ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gateway.config import Config
+from gateway.events import utcnow
+from gateway.logs import event
+from memory import policy, writeback
+from memory.model import MemoryRecord, Provenance, RecordStatus, ReviewStatus, Scope, ScopeKind, UsePolicy
+from memory.policy import Actor, Where
+from memory.records import RecordError, RecordStore
+
+log = logging.getLogger("clawgate.memory")
+
+NOT_FOUND = "No memory {id} that you can see."
+INSTRUCTION = UsePolicy(can_use_as_instruction=True, can_use_as_evidence=True, requires_user_confirmation=False)
+EVIDENCE_ONLY = UsePolicy(can_use_as_instruction=False, can_use_as_evidence=True, requires_user_confirmation=True)
+
+
+class MemoryRefused(Exception):
+    """A request the policy or the write-back filter refused; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    record: MemoryRecord
+    score: float
+
+
+def describe(record: MemoryRecord, *, long: bool = False) -> str:
+    grade = "instruction" if policy.instruction_grade(record) else "evidence"
+    review = f", review {record.review_status.value}" if record.review_status != ReviewStatus.NONE else ""
+    head = f"{record.id} [{record.scope} · {record.memory_class.value} · {record.provenance.value} · {grade}{review}]"
+    if not long:
+        return f"{head} {record.content}"
+    lines = [head, record.content, f"written by {record.author} on {record.created_at:%Y-%m-%d %H:%M} UTC"]
+    if record.expires_at:
+        lines.append(f"expires {record.expires_at:%Y-%m-%d %H:%M} UTC")
+    if record.superseded_by:
+        lines.append(f"superseded by {record.superseded_by}")
+    lines.append(f"revision {record.revision}")
+    return "\n".join(lines)
+
+
+class MemoryService:
+    def __init__(self, config: Config, records: RecordStore, secrets: list[str]) -> None:
+        self.config = config
+        self.records = records
+        self._secrets = secrets
+        wa = config.memory.write_access
+        self.access = policy.WriteAccess(
+            enabled=wa.enabled, allowed_roles=frozenset(wa.allowed_roles), allowed_users=frozenset(wa.allowed_users)
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.memory.enabled
+
+    def where(self, audience: str, conversation: str | None) -> Where:
+        return Where(audience, conversation, self.enabled)  # type: ignore[arg-type]
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _visible(self, actor: Actor, where: Where) -> policy.Visibility:
+        seen = policy.visible_scopes(actor, where)
+        if where.audience == "team":
+            # In a group, others read the replies: nobody's personal memory is searched there.
+            return policy.Visibility([s for s in seen.scopes if s.kind != ScopeKind.PERSONAL], seen.include_projects)
+        return seen
+
+    async def search(self, actor: Actor, where: Where, query: str, limit: int = 10) -> list[Found]:
+        visible = self._visible(actor, where)
+        if not visible.scopes and not visible.include_projects:
+            return []
+        now = utcnow()
+        hits = await self.records.search(
+            query, scopes=visible.scopes, include_projects=visible.include_projects, limit=limit, now=now
+        )
+        return [Found(r, s) for r, s in hits if policy.can_read(actor, r, where, now)]
+
+    async def get(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord | None:
+        """The record when `actor` may read it from `where`; None otherwise (not found or not theirs)."""
+        record = await self.records.get(record_id.strip())
+        if record is None:
+            return None
+        if not policy.can_read(actor, record, where, utcnow(), by_id=True):
+            return None
+        if where.audience == "team" and record.scope.kind == ScopeKind.PERSONAL:
+            return None
+        return record
+
+    async def listing(self, actor: Actor, where: Where, limit: int = 20) -> list[MemoryRecord]:
+        visible = self._visible(actor, where)
+        scopes: list[Scope | str] = list(visible.scopes)
+        records = await self.records.list(scopes=scopes, limit=limit) if scopes else []
+        now = utcnow()
+        return [r for r in records if policy.can_read(actor, r, where, now)]
+
+    async def pending(self, actor: Actor, where: Where, limit: int = 20) -> list[MemoryRecord]:
+        """Pending records `actor` may review: their own personal ones; for admins also global,
+        project and channel ones."""
+        scopes: list[Scope | str] | None = (
+            None if actor.is_admin else ([Scope.personal(actor.user_id)] if actor.user_id else [])
+        )
+        if scopes == []:
+            return []
+        records = await self.records.list(scopes=scopes, review_status=ReviewStatus.PENDING, limit=200)
+        return [r for r in records if policy.can_review(actor, r)][:limit]
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    async def remember(
+        self,
+        actor: Actor,
+        where: Where,
+        text: str,
+        *,
+        flag: str | None = None,
+        scope: Scope | None = None,
+        source: str | None = None,
+    ) -> MemoryRecord:
+        """Store a new memory; MemoryRefused with the reason when it may not be stored.
+
+        A person typing it (`actor.run == "chat"`) confirms it; the model storing it (`tool`) makes
+        agent-written evidence, inheriting the turn's scope (it may narrow, never widen)."""
+        if not self.enabled:
+            raise MemoryRefused("memory is turned off on this gateway (memory.enabled)")
+        try:
+            target = scope or policy.default_scope(actor.user_id, where.audience, where.conversation, flag)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise MemoryRefused(str(exc)) from None
+        allowed = policy.can_write(actor, target, where, self.access)
+        if not allowed:
+            raise MemoryRefused(allowed.reason)
+        verdict = writeback.check(text, extra_secrets=self._secrets, sourced=source is not None)
+        if verdict.action == "refuse":
+            event(log, "memory_write_refused", actor=actor.user_id, run=actor.run, reasons=len(verdict.reasons))
+            raise MemoryRefused("; ".join(verdict.reasons))
+        human = actor.run in ("chat", "cli", "import")
+        provenance = Provenance.USER_CONFIRMED if human else Provenance.INFERRED
+        sensitive = verdict.action == "flag"
+        use, review, memory_class = policy.trust_defaults(provenance, human, target, sensitive)
+        if verdict.action == "flag":
+            # Injection-shaped or sweeping text stays evidence until someone confirms it.
+            use, review = EVIDENCE_ONLY, ReviewStatus.PENDING
+        record = await self.records.create(
+            writeback.clean(text),
+            memory_class=memory_class,
+            provenance=provenance,
+            use_policy=use,
+            scope=target,
+            author=actor.user_id or f"{actor.run}",
+            review_status=review,
+            sensitivity="sensitive" if sensitive else "normal",
+            source=source,
+            origin_audience=where.audience,
+        )
+        event(log, "memory_stored", id=record.id, scope=str(target), run=actor.run, flagged=sensitive)
+        return record
+
+    async def _writable(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord:
+        record = await self.get(actor, where, record_id)
+        if record is None:
+            raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
+        allowed = policy.can_write(actor, record.scope, where, self.access)
+        if not allowed and not policy.can_review(actor, record):
+            raise MemoryRefused(allowed.reason)
+        return record
+
+    async def _forgotten(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord | None:
+        """A record as `get` sees it, or a forgotten one its owner (or reviewer) may bring back."""
+        found = await self.get(actor, where, record_id)
+        if found is not None:
+            return found
+        raw = await self.records.get(record_id.strip(), include_deleted=True)
+        if raw is None or raw.status != RecordStatus.DELETED:
+            return None
+        revived = replace(raw, status=RecordStatus.ACTIVE)
+        if not policy.can_read(actor, revived, where, utcnow(), by_id=True):
+            return None
+        return raw if policy.can_review(actor, revived) else None
+
+    async def forget(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord:
+        record = await self._writable(actor, where, record_id)
+        done = await self.records.forget(record.id, actor.user_id or actor.run)
+        event(log, "memory_forgotten", id=record.id, run=actor.run)
+        return done
+
+    async def review(self, actor: Actor, where: Where, action: str, record_id: str, arg: str = "") -> MemoryRecord:
+        """One review action of DESIGN §6 on a record the actor may review (undo also brings back a
+        forgotten record)."""
+        who = actor.user_id or actor.run
+        if action == "undo":
+            gone = await self._forgotten(actor, where, record_id)
+            if gone is None:
+                raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
+            try:
+                return await self.records.undo(gone.id, who)
+            except RecordError as exc:
+                raise MemoryRefused(str(exc) or "nothing to undo") from None
+        record = await self.get(actor, where, record_id)
+        if record is None:
+            raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
+        allowed = policy.can_review(actor, record)
+        if not allowed:
+            raise MemoryRefused(allowed.reason)
+        if action == "confirm":
+            return await self._update(
+                record, who, "confirm", review_status=ReviewStatus.CONFIRMED, use_policy=INSTRUCTION
+            )
+        if action == "edit":
+            verdict = writeback.check(arg, extra_secrets=self._secrets)
+            if verdict.action == "refuse":
+                raise MemoryRefused("; ".join(verdict.reasons))
+            # A person's edit confirms the memory; the model's correction stays evidence.
+            confirmed = verdict.action == "ok" and actor.run in ("chat", "cli")
+            return await self._update(
+                record,
+                who,
+                "edit",
+                content=writeback.clean(arg),
+                review_status=ReviewStatus.CONFIRMED if confirmed else ReviewStatus.PENDING,
+                use_policy=INSTRUCTION if confirmed else EVIDENCE_ONLY,
+            )
+        if action == "evidence":
+            return await self._update(record, who, "evidence", use_policy=EVIDENCE_ONLY)
+        if action == "scope":
+            try:
+                new_scope = Scope.parse(arg)
+            except ValueError as exc:
+                raise MemoryRefused(str(exc)) from None
+            if not policy.may_narrow(record.scope, new_scope):
+                raise MemoryRefused(f"a scope may only narrow: {record.scope} cannot become {new_scope}")
+            return await self._update(record, who, "scope", scope=new_scope)
+        if action == "stale":
+            return await self._update(record, who, "stale", review_status=ReviewStatus.STALE)
+        if action == "reject":
+            return await self._update(record, who, "reject", review_status=ReviewStatus.REJECTED)
+        if action == "dispute":
+            return await self._update(
+                record, who, "dispute", review_status=ReviewStatus.DISPUTED, provenance=Provenance.DISPUTED
+            )
+        if action == "supersede":
+            replacement = await self.remember(actor, where, arg, scope=record.scope)
+            await self._update(record, who, "supersede", status=RecordStatus.SUPERSEDED, superseded_by=replacement.id)
+            return replacement
+        if action == "merge":
+            other = await self.get(actor, where, arg)
+            if other is None or not policy.can_review(actor, other):
+                raise MemoryRefused(NOT_FOUND.format(id=arg.strip()))
+            if other.scope != record.scope:
+                raise MemoryRefused("only memories of the same scope can be merged")
+            merged = await self._update(record, who, "merge", content=f"{record.content} {other.content}".strip())
+            await self._update(other, who, "merge", status=RecordStatus.SUPERSEDED, superseded_by=record.id)
+            return merged
+        raise MemoryRefused(f"unknown review action {action!r}")
+
+    async def _update(self, record: MemoryRecord, who: str, action: str, **changes: Any) -> MemoryRecord:
+        try:
+            done = await self.records.update(
+                record.id, actor=who, action=action, expected_revision=record.revision, **changes
+            )
+        except RecordError as exc:
+            raise MemoryRefused(str(exc) or "the memory changed meanwhile: try again") from None
+        event(log, "memory_reviewed", id=record.id, action=action)
+        return done
+
+
+def actor(user_id: str | None, roles: tuple[str, ...] | frozenset[str], run: policy.Run = "chat") -> Actor:
+    return Actor(user_id, frozenset(roles), run)
