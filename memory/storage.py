@@ -5,10 +5,10 @@ from __future__ import annotations
 from memory.archive import ArchiveStore
 from memory.db import Database
 from memory.flushes import FlushStore
-from memory.records import RecordStore
 from memory.identities import IdentityStore
 from memory.journal import Journal
 from memory.links import LinkStore, PairingStore
+from memory.records import RecordStore
 from memory.sessions import SessionStore
 
 
