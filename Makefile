@@ -33,6 +33,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/turn_overhead.py
 	$(PY) benchmarks/session_budget.py
+	$(PY) benchmarks/memory_store.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

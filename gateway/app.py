@@ -134,6 +134,7 @@ class Gateway:
         # Heavy imports after ready: a turn that arrives meanwhile waits for them.
         self.llm.start_loading()
         self.session_memory.start()
+        self._background.append(asyncio.create_task(self._maintenance()))
         self._background.append(asyncio.create_task(self._check_models()))
         resumed = await self.router.resume_unfinished()
         if resumed:
@@ -172,6 +173,18 @@ class Gateway:
         await self._stopping.wait()
         event(log, "gateway_stopping")
         await self.stop()
+
+    async def _maintenance(self, every: float = 3600.0) -> None:
+        """Hourly: expired evidence and traces go, and forgotten memories past their undo window."""
+        assert self.storage is not None
+        while True:
+            try:
+                gone = await self.storage.records.expire()
+                if gone:
+                    event(log, "memory_expired", records=gone)
+            except Exception as exc:  # a busy or failing database: try again next hour
+                event(log, "memory_expire_failed", logging.WARNING, error=type(exc).__name__)
+            await asyncio.sleep(every)
 
     async def _check_models(self) -> None:
         """Warn operators early about a model that cannot work (no credentials), instead of at the first chat."""

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from gateway import __version__
+from gateway import __version__, cli_memory
 from gateway.config_load import ConfigError, default_config_path, load_config
 
 if TYPE_CHECKING:
-    from memory.archive import ArchiveHit
+    pass
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,14 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     pairing_sub.add_parser("list", help="list pending pairing requests")
     approve = pairing_sub.add_parser("approve", help="approve a pairing code")
     approve.add_argument("code")
-    mem = sub.add_parser("memory", help="what the assistant remembers")
-    mem_sub = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
-    search = mem_sub.add_parser("search", help="search archived conversation messages")
-    search.add_argument("--archive", action="store_true", help="search the session archive (required for now)")
-    search.add_argument("--user", metavar="USER_ID", help="only what this user may see (default: every session)")
-    search.add_argument("--limit", type=int, default=10, help="at most this many hits (1-50, default 10)")
-    search.add_argument("--json", action="store_true", help="print the hits as JSON")
-    search.add_argument("query", nargs="+", metavar="QUERY")
+    cli_memory.add_parsers(sub)
     return p
 
 
@@ -93,50 +84,6 @@ def cmd_pairing(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-def cmd_memory_search(args: argparse.Namespace) -> int:
-    from memory.archive import ArchiveStore
-    from memory.storage import Storage
-
-    if not args.archive:
-        print(
-            "clawgate memory search: only the session archive is searchable so far; add --archive "
-            "(long-term memory search arrives with long-term memory)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        config = load_config(_config_path(args))
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-
-    async def run() -> int:
-        storage = await Storage.open(config.storage.resolved_database_url)
-        try:
-            hits = await ArchiveStore(storage.db).search(" ".join(args.query), user_id=args.user, limit=args.limit)
-        finally:
-            await storage.close()
-        if args.json:
-            print(json.dumps([_hit_json(h) for h in hits], ensure_ascii=False, indent=2))
-            return 0
-        for h in hits:
-            who = f"{h.role} ({h.author})" if h.author else h.role
-            print(f"[{h.session_key}] {h.created_at:%Y-%m-%d %H:%M}Z {who}: {h.snippet}")
-            print(f"  id {h.id}  score {h.score:.3g}")
-        if not hits:
-            print("no archived messages match")
-        return 0
-
-    return asyncio.run(run())
-
-
-def _hit_json(hit: ArchiveHit) -> dict[str, Any]:
-    out = dataclasses.asdict(hit)
-    out["created_at"] = hit.created_at.isoformat()
-    out["archived_at"] = hit.archived_at.isoformat()
-    return out
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from gateway.app import Gateway
 
@@ -168,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_config_check(args)
     if args.command == "pairing" and args.pairing_command in ("list", "approve"):
         return cmd_pairing(args)
-    if args.command == "memory" and args.memory_command == "search":
-        return cmd_memory_search(args)
+    if args.command == "memory":
+        return cli_memory.run(args, _config_path(args))
     parser.print_help()
     return 0 if args.command is None else 2

@@ -216,7 +216,7 @@ COMMANDS: dict[str, Command] = {
         Command("new", "start a new conversation", _new, _owner_or_admin),
         Command("reset", "same as /new: clear this conversation's context", _new, _owner_or_admin),
         Command("status", "model, session size and estimated tokens", _status),
-        Command("archive", "search the older messages of your conversations: /archive WORDS", _archive),
+        Command("archive", "search the older messages of your conversations: /archive WORDS", _archive, _memory_on),
         Command(
             "remember",
             "keep something in memory: /remember TEXT (--channel, --global)",

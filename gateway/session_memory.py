@@ -201,7 +201,9 @@ class SessionMemory:
         through = recent[k - 1].id if k else None
         if through is None:
             return
-        flush = FlushRequest(target.scope, target.owner, self.today().isoformat()) if target else None
+        # With memory off the older messages still leave the request, into the archive only.
+        writes = target is not None and self.config.memory.enabled
+        flush = FlushRequest(target.scope, target.owner, self.today().isoformat()) if writes and target else None
         done = await self.storage.sessions.archive(state, through, "flushed", flush=flush)
         if done is None:
             return
@@ -302,7 +304,7 @@ class SessionMemory:
         or, with memory.session_memory.enabled false, kept out of memory for good."""
         keep = self.config.memory.session_memory.enabled
         flush = None
-        if keep and target is not None and self.config.memory.flush.enabled:
+        if keep and target is not None and self.config.memory.flush.enabled and self.config.memory.enabled:
             flush = FlushRequest(target.scope, target.owner, self.today().isoformat())
         _state, done = await self.storage.sessions.reset(key, agent.name, user_id, keep=keep, flush=flush)
         if done is not None and done.flush_id is not None:

@@ -131,10 +131,10 @@ async def test_no_hits_is_not_an_error(tmp_path: Path) -> None:
     assert (rc, json.loads(out)) == (0, [])
 
 
-async def test_only_the_archive_is_searchable_and_config_errors_exit_2(tmp_path: Path) -> None:
+async def test_memory_search_needs_a_user_and_config_errors_exit_2(tmp_path: Path) -> None:
     config = await _setup(tmp_path)
     rc, out, err = await _cli("--config", str(config), "memory", "search", "marmalade")
-    assert rc == 2 and out == "" and "only the session archive is searchable" in err and "--archive" in err
+    assert rc == 2 and out == "" and "--user USER_ID is required" in err
 
     broken = tmp_path / "broken.yaml"
     broken.write_text("storage: [not, a, mapping]\n")

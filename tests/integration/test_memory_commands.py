@@ -121,3 +121,19 @@ async def test_the_model_stores_evidence_not_instructions(
     mid = memory_id(result)
     shown = await say(http, gateway, f"/memory show {mid}")
     assert "inferred" in shown and "evidence" in shown and "personal:alice" in shown
+
+
+async def test_memory_off_entirely(gateway_factory, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:  # type: ignore[no-untyped-def]
+    gw: Gateway = await gateway_factory(fake_llm, memory__enabled=False)
+    (gw.config.storage.data_dir / "memory").mkdir(parents=True, exist_ok=True)
+    (gw.config.storage.data_dir / "memory" / "Memory.md").write_text("CORE RULE")
+    assert "not allowed" in await say(http, gw, "/remember something")
+    assert "/remember" not in await say(http, gw, "/help")
+    await say(http, gw, "hello")
+    request = fake_llm.requests[-1]
+    assert "CORE RULE" not in request["messages"][0]["content"]
+    assert [t["function"]["name"] for t in request["tools"]] == ["get_current_time"]
+    await say(http, gw, "/new")
+    assert gw.session_memory is not None
+    await gw.session_memory.idle()
+    assert len(fake_llm.requests) == 1  # no flush was asked for: nothing is formed

@@ -1,0 +1,294 @@
+"""`clawgate memory …`: search what a person could recall (or the session archive), import and export
+long-term memories. The operator at the shell runs these, but a search `--user` answers exactly as
+the gateway would answer that person: the same policy, the same filters."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.config import Config
+from gateway.config_load import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from memory.storage import Storage
+
+MAX_IMPORT_ERRORS_SHOWN = 20
+IMPORT_FIELDS = frozenset({"content", "memory_class", "created_at", "source"})
+# What `export` writes besides those: accepted and ignored on import (the import decides them anew).
+EXPORT_ONLY_FIELDS = frozenset({"id", "scope", "provenance", "use_policy", "review_status"})
+PAGE = 200
+
+
+def add_parsers(sub: Any) -> None:
+    mem = sub.add_parser("memory", help="what the assistant remembers")
+    mem_sub = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
+    search = mem_sub.add_parser("search", help="what a user could recall, best first (or --archive)")
+    search.add_argument("--archive", action="store_true", help="search archived conversation messages instead")
+    search.add_argument("--user", metavar="USER_ID", help="as this user (required for long-term memory)")
+    search.add_argument("--limit", type=int, default=10, help="at most this many hits (1-50, default 10)")
+    search.add_argument("--json", action="store_true", help="print the hits as JSON")
+    search.add_argument("query", nargs="+", metavar="QUERY")
+    imp = mem_sub.add_parser("import", help="import memories from a JSONL file (all or nothing)")
+    imp.add_argument("file", type=Path, metavar="FILE.jsonl")
+    imp.add_argument("--scope", required=True, help="personal:<user>, channel:<conversation>, project:<name> or global")
+    exp = mem_sub.add_parser("export", help="export long-term memories as JSONL")
+    exp.add_argument("--scope", help="only this scope (default: every scope)")
+    exp.add_argument("--output", type=Path, help="write to this file instead of standard output")
+
+
+def run(args: argparse.Namespace, config_path: Path) -> int:
+    handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
+        "search": _search,
+        "import": _import,
+        "export": _export,
+    }
+    handler = handlers.get(args.memory_command or "")
+    if handler is None:
+        print("usage: clawgate memory {search,import,export} … (clawgate memory --help)", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return handler(args, config)
+
+
+def _with_storage(config: Config, work: Callable[[Storage], Coroutine[Any, Any, int]]) -> int:
+    from memory.storage import Storage
+
+    async def main() -> int:
+        storage = await Storage.open(config.storage.resolved_database_url)
+        try:
+            return await work(storage)
+        finally:
+            await storage.close()
+
+    return asyncio.run(main())
+
+
+# -- search -----------------------------------------------------------------------------------------
+
+
+def _search(args: argparse.Namespace, config: Config) -> int:
+    if args.archive:
+        return _search_archive(args, config)
+    if not args.user:
+        print("clawgate memory search: --user USER_ID is required (memory is searched as one person)", file=sys.stderr)
+        return 2
+
+    async def work(storage: Storage) -> int:
+        from gateway.memory_service import MemoryService
+        from memory.policy import Actor
+
+        user = await storage.identities.get_user(args.user)
+        if user is None:
+            print(f"clawgate memory search: no user {args.user!r}", file=sys.stderr)
+            return 2
+        service = MemoryService(config, storage.records, [])
+        actor = Actor(user.id, frozenset(user.roles), "chat")
+        found = await service.search(actor, service.where("personal", None), " ".join(args.query), args.limit)
+        if args.json:
+            print(json.dumps([_record_json(f.record, f.score) for f in found], ensure_ascii=False, indent=2))
+            return 0
+        from gateway.memory_service import describe
+
+        for f in found:
+            print(f"{describe(f.record)}  (score {f.score:.3g})")
+        if not found:
+            print(f"nothing {user.id} could recall matches")
+        return 0
+
+    return _with_storage(config, work)
+
+
+def _record_json(record: Any, score: float | None = None) -> dict[str, Any]:
+    out = {
+        "id": record.id,
+        "content": record.content,
+        "scope": str(record.scope),
+        "memory_class": record.memory_class.value,
+        "provenance": record.provenance.value,
+        "use_policy": dataclasses.asdict(record.use_policy),
+        "review_status": record.review_status.value,
+        "created_at": record.created_at.isoformat(),
+        "source": record.source,
+    }
+    if score is not None:
+        out["score"] = score
+    return out
+
+
+def _search_archive(args: argparse.Namespace, config: Config) -> int:
+    async def work(storage: Storage) -> int:
+        hits = await storage.archive.search(" ".join(args.query), user_id=args.user, limit=args.limit)
+        if args.json:
+            rows = []
+            for h in hits:
+                row = dataclasses.asdict(h)
+                row["created_at"], row["archived_at"] = h.created_at.isoformat(), h.archived_at.isoformat()
+                rows.append(row)
+            print(json.dumps(rows, ensure_ascii=False, indent=2))
+            return 0
+        for h in hits:
+            who = f"{h.role} ({h.author})" if h.author else h.role
+            print(f"[{h.session_key}] {h.created_at:%Y-%m-%d %H:%M}Z {who}: {h.snippet}")
+            print(f"  id {h.id}  score {h.score:.3g}")
+        if not hits:
+            print("no archived messages match")
+        return 0
+
+    return _with_storage(config, work)
+
+
+# -- import / export --------------------------------------------------------------------------------
+
+
+def parse_import(lines: list[str], scope: Any, secrets: list[str]) -> tuple[list[Any], list[str]]:
+    """(new records, errors as "line N: reason"). Every line is checked before anything is written."""
+    from memory import policy, writeback
+    from memory.model import MemoryClass, Provenance, ReviewStatus
+    from memory.records import NewRecord
+
+    items: list[NewRecord] = []
+    errors: list[str] = []
+    use, review, default_class = policy.trust_defaults(Provenance.IMPORTED, True, scope, False)
+    for n, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            errors.append(f"line {n}: not JSON ({exc.msg})")
+            continue
+        if not isinstance(obj, dict):
+            errors.append(f"line {n}: expected a JSON object")
+            continue
+        unknown = set(obj) - IMPORT_FIELDS - EXPORT_ONLY_FIELDS
+        if unknown:
+            errors.append(f"line {n}: unknown field(s) {', '.join(sorted(unknown))}")
+            continue
+        content = obj.get("content")
+        if not isinstance(content, str) or not content.strip():
+            errors.append(f"line {n}: `content` (a non-empty string) is required")
+            continue
+        try:
+            memory_class = MemoryClass(obj.get("memory_class") or default_class)
+        except ValueError:
+            errors.append(f"line {n}: memory_class must be one of {', '.join(c.value for c in MemoryClass)}")
+            continue
+        created = None
+        if obj.get("created_at") is not None:
+            try:
+                created = datetime.fromisoformat(str(obj["created_at"]))
+            except ValueError:
+                errors.append(f"line {n}: created_at is not ISO-8601")
+                continue
+            created = created if created.tzinfo else created.replace(tzinfo=UTC)
+        source = obj.get("source")
+        if source is not None and not isinstance(source, str):
+            errors.append(f"line {n}: source must be a string")
+            continue
+        verdict = writeback.check(content, extra_secrets=secrets, sourced=source is not None)
+        if verdict.action == "refuse":
+            errors.append(f"line {n}: refused: {'; '.join(verdict.reasons)}")
+            continue
+        flagged = verdict.action == "flag"
+        items.append(
+            NewRecord(
+                content=writeback.clean(content),
+                memory_class=memory_class,
+                provenance=Provenance.IMPORTED,
+                use_policy=use if not flagged else dataclasses.replace(use, can_use_as_instruction=False),
+                scope=scope,
+                author="import",
+                review_status=review if not flagged else ReviewStatus.PENDING,
+                sensitivity="sensitive" if flagged else "normal",
+                source=source,
+                origin_audience="personal",
+                created_at=created,
+            )
+        )
+    return items, errors
+
+
+def _import(args: argparse.Namespace, config: Config) -> int:
+    from gateway.config_load import secret_values
+    from memory.model import Scope, ScopeKind
+    from memory.policy import Actor, Where, WriteAccess, can_write
+
+    try:
+        scope = Scope.parse(args.scope)
+    except ValueError as exc:
+        print(f"clawgate memory import: {exc}", file=sys.stderr)
+        return 2
+    try:
+        lines = args.file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"clawgate memory import: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 2
+    # The operator imports as an administrator, or as the owner for a personal scope.
+    owner = scope.name if scope.kind == ScopeKind.PERSONAL else None
+    actor = Actor(owner, frozenset({"admin"}), "import")
+    allowed = can_write(
+        actor, scope, Where("team", scope.name if scope.kind == ScopeKind.CHANNEL else None), WriteAccess()
+    )
+    if not allowed:
+        print(f"clawgate memory import: {allowed.reason}", file=sys.stderr)
+        return 2
+    items, errors = parse_import(lines, scope, secret_values(config))
+    if errors:
+        print(f"{args.file}: {len(errors)} problem(s); nothing was imported:", file=sys.stderr)
+        for e in errors[:MAX_IMPORT_ERRORS_SHOWN]:
+            print(f"  - {e}", file=sys.stderr)
+        if len(errors) > MAX_IMPORT_ERRORS_SHOWN:
+            print(f"  … and {len(errors) - MAX_IMPORT_ERRORS_SHOWN} more", file=sys.stderr)
+        return 2
+    print(f"{args.file}: {len(items)} memories checked; importing into {scope} …", file=sys.stderr)
+
+    async def work(storage: Storage) -> int:
+        started = time.perf_counter()
+        ids = await storage.records.import_batch(items)  # one transaction: all or nothing
+        print(f"imported {len(ids)} memories into {scope} in {time.perf_counter() - started:.1f} s")
+        return 0
+
+    return _with_storage(config, work)
+
+
+def _export(args: argparse.Namespace, config: Config) -> int:
+    from memory.model import Scope
+
+    try:
+        scopes = [str(Scope.parse(args.scope))] if args.scope else None
+    except ValueError as exc:
+        print(f"clawgate memory export: {exc}", file=sys.stderr)
+        return 2
+
+    async def work(storage: Storage) -> int:
+        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+        count, offset = 0, 0
+        try:
+            while True:
+                page = await storage.records.list(scopes=scopes, limit=PAGE, offset=offset)
+                for record in page:
+                    out.write(json.dumps(_record_json(record), ensure_ascii=False) + "\n")
+                count += len(page)
+                offset += len(page)
+                if len(page) < PAGE:
+                    break
+        finally:
+            if args.output:
+                out.close()
+        print(f"exported {count} memories", file=sys.stderr)
+        return 0
+
+    return _with_storage(config, work)
