@@ -13,6 +13,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -251,4 +252,36 @@ memory_revisions = Table(
     Column("after", JSON, nullable=False),
     Column("note", String(255)),
     UniqueConstraint("record_id", "revision"),
+)
+
+# One embedding per searchable item and embedding model (DESIGN §7): items are long-term records
+# (`record`, id mem-…), archived messages (`archive`, the message id) and daily-file chunks
+# (`daily`, the chunk id). Vectors of several models live side by side; recall uses the active one.
+memory_vectors = Table(
+    "memory_vectors",
+    metadata,
+    Column("item_kind", String(16), primary_key=True),
+    Column("item_id", String(64), primary_key=True),
+    Column("model_id", String(128), primary_key=True),
+    Column("dim", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),  # float32, L2-normalized, little-endian
+    Column("text_hash", String(16), nullable=False),  # of the embedded text: a changed text is re-embedded
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_memory_vectors_model_id", "model_id", "item_kind"),
+)
+
+# Daily Markdown files cut into overlapping chunks for search (they are never injected whole).
+# On SQLite an FTS5 index (daily_chunks_fts) follows this table.
+daily_chunks = Table(
+    "daily_chunks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("path", String(1024), nullable=False),  # relative to the memory root
+    Column("scope", String(512), nullable=False),  # personal:<user> | channel:<conversation> | global
+    Column("day", String(10), nullable=False),
+    Column("chunk_no", Integer, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("file_mtime_ns", BigInteger, nullable=False),
+    UniqueConstraint("path", "chunk_no"),
+    Index("ix_daily_chunks_scope", "scope"),
 )
