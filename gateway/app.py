@@ -32,6 +32,7 @@ from gateway.session_memory import SessionMemory
 from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.daily import DailyFiles
+from memory.daily_index import DailyIndex
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.app")
@@ -45,6 +46,7 @@ class Gateway:
         self.adapters: dict[str, Adapter] = {}
         self.router: Router | None = None
         self.session_memory: SessionMemory | None = None
+        self.daily_index: DailyIndex | None = None
         self.llm = LLMClient(
             timeout=config.ai.timeout_seconds,
             retries=config.ai.retries,
@@ -100,7 +102,8 @@ class Gateway:
                 self.adapters[name] = channels.create(name, ch_cfg, services)
 
         daily = DailyFiles(self.config.storage.data_dir / "memory", secrets)
-        self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets))
+        self.daily_index = DailyIndex(storage.db, daily)
+        self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets), self.daily_index)
         memory = MemoryService(self.config, storage.records, list(secrets))
         tools = [CURRENT_TIME]
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
@@ -135,6 +138,7 @@ class Gateway:
         self.llm.start_loading()
         self.session_memory.start()
         self._background.append(asyncio.create_task(self._maintenance()))
+        self._background.append(asyncio.create_task(self._index_daily_files()))
         self._background.append(asyncio.create_task(self._check_models()))
         resumed = await self.router.resume_unfinished()
         if resumed:
@@ -173,6 +177,17 @@ class Gateway:
         await self._stopping.wait()
         event(log, "gateway_stopping")
         await self.stop()
+
+    async def _index_daily_files(self) -> None:
+        """Daily files edited by hand (or written before a crash) are found again: index what changed."""
+        assert self.daily_index is not None
+        try:
+            chunks = await self.daily_index.scan()
+        except Exception as exc:
+            event(log, "daily_index_failed", logging.WARNING, error=type(exc).__name__)
+            return
+        if chunks:
+            event(log, "daily_files_indexed", chunks=chunks)
 
     async def _maintenance(self, every: float = 3600.0) -> None:
         """Hourly: expired evidence and traces go, and forgotten memories past their undo window."""

@@ -21,6 +21,7 @@ import re
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import date, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -29,6 +30,7 @@ from gateway.events import utcnow
 from gateway.llm import Completion, LLMClient, LLMError, ModelSpec
 from gateway.logs import event
 from memory.budget import Budget, plan_flush, plan_trim
+from memory.daily_index import write_owner_marker
 from memory.flushes import FlushJob, FlushLine
 from memory.redact import redact
 from memory.sessions import FlushRequest, Message, SessionState
@@ -37,6 +39,7 @@ from memory.tokens import estimate_tokens
 
 if TYPE_CHECKING:
     from memory.daily import DailyFiles
+    from memory.daily_index import DailyIndex
 
 log = logging.getLogger("clawgate.session_memory")
 
@@ -108,11 +111,20 @@ def _bullets(text: str) -> list[str]:
 
 
 class SessionMemory:
-    def __init__(self, config: Config, storage: Storage, llm: LLMClient, daily: DailyFiles, secrets: list[str]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        llm: LLMClient,
+        daily: DailyFiles,
+        secrets: list[str],
+        daily_index: DailyIndex | None = None,
+    ) -> None:
         self.config = config
         self.storage = storage
         self.llm = llm
         self.daily = daily
+        self.daily_index = daily_index
         self.budget = _budget(config)
         self._secrets = secrets
         self._compacting: dict[int, asyncio.Task[None]] = {}
@@ -353,7 +365,7 @@ class SessionMemory:
             bullets = [redact(b, self._secrets) for b in _bullets(answer)]
             path = self.daily.path(job.scope, job.owner, date.fromisoformat(job.day))  # type: ignore[arg-type]
             heading = f"{_local_time(self.config.timezone)} · {_source(job.session_key)}"
-            added = await asyncio.to_thread(self.daily.append, path, heading, bullets) if bullets else []
+            added = await asyncio.to_thread(self._write, path, job, heading, bullets) if bullets else []
         except (LLMError, OSError) as exc:
             kind = exc.kind if isinstance(exc, LLMError) else f"file: {type(exc).__name__}"
             final = job.attempts + 1 >= MAX_FLUSH_ATTEMPTS
@@ -365,6 +377,9 @@ class SessionMemory:
             event(log, "session_flush_failed", level, session=job.session_key, kind=kind, final=final)
             return final
         await self.storage.flushes.done(job, f"{len(added)} notes")
+        if added and self.daily_index is not None:
+            scope = f"{'personal' if job.scope == 'user' else 'channel'}:{job.owner}"
+            await self.daily_index.index_file(path, scope)
         event(
             log,
             "session_flush_written",
@@ -375,6 +390,13 @@ class SessionMemory:
             skipped=len(bullets) - len(added),
         )
         return True
+
+    def _write(self, path: Path, job: FlushJob, heading: str, bullets: list[str]) -> list[str]:
+        """Append to the daily file (in a worker thread); mark whose directory it is for the index."""
+        added = self.daily.append(path, heading, bullets)
+        if added:
+            write_owner_marker(path.parent, job.owner)
+        return added
 
 
 def _transcript(lines: list[FlushLine]) -> list[str]:

@@ -214,6 +214,9 @@ async def test_a_request_past_auto_flush_writes_the_daily_file_and_drops_what_it
     assert text.startswith(f"# {day}\n")
     assert "- The person's project is called Zephyr." in text and "- They like tea." in text
     assert "Zephyr" in next(r for r in fake_llm.requests if is_flush(r))["messages"][1]["content"]
+    assert gw.daily_index is not None  # the new notes are searchable at once, by their owner only
+    assert [h.day for h in await gw.daily_index.search("zephyr project", scopes=["personal:alice"])] == [day]
+    assert await gw.daily_index.search("zephyr project", scopes=["personal:bob"]) == []
     state = await session(gw, key)
     assert state.last_flush_at is not None
     assert [h.content for h in await gw.storage.archive.search("zephyr", user_id="alice")]

@@ -1,0 +1,188 @@
+"""Daily Markdown files cut into overlapping chunks for search (DESIGN §5, §7): they are never
+injected whole, only found. About 400 tokens a chunk with 80 tokens of overlap, cut at line
+boundaries so a bullet is never split (a single overlong line is its own chunk).
+
+A chunk carries the scope of its file: `global` for `<root>/`, `personal:<user>` for
+`users/<dir>/`, `channel:<conversation>` for `channels/<dir>/`. The directory's owner is read from
+its `.owner` marker (written with the first file), or is the directory name itself when that name
+was never altered (see daily.safe_component). A file is re-indexed only when it changed (mtime).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, insert, literal_column, select, text
+from sqlalchemy.engine import Connection
+
+from memory.archive import fts_expression, query_terms
+from memory.daily import DailyFiles
+from memory.db import Database
+from memory.schema import daily_chunks
+from memory.tokens import estimate_tokens
+
+CHUNK_TOKENS = 400
+OVERLAP_TOKENS = 80
+OWNER_MARKER = ".owner"
+_SCOPE_OF_DIR = {"users": "personal", "channels": "channel"}
+
+
+def chunk(content: str, size: int = CHUNK_TOKENS, overlap: int = OVERLAP_TOKENS) -> list[str]:
+    """Overlapping chunks of whole lines, each about `size` tokens, the next starting with about
+    `overlap` tokens of the previous one's end."""
+    lines = [ln for ln in content.splitlines() if ln.strip()]
+    chunks: list[str] = []
+    start = 0
+    while start < len(lines):
+        end, tokens = start, 0
+        while end < len(lines) and (end == start or tokens + estimate_tokens(lines[end]) <= size):
+            tokens += estimate_tokens(lines[end])
+            end += 1
+        chunks.append("\n".join(lines[start:end]))
+        if end >= len(lines):
+            break
+        back, carried = end, 0  # step back over about `overlap` tokens, always moving forward
+        while back - 1 > start and carried + estimate_tokens(lines[back - 1]) <= overlap:
+            back -= 1
+            carried += estimate_tokens(lines[back])
+        start = back
+    return chunks
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkHit:
+    id: int
+    path: str
+    scope: str
+    day: str
+    content: str
+    score: float  # higher is better (-bm25), comparable within one search
+
+
+def write_owner_marker(directory: Path, owner: str) -> None:
+    """Remember whose directory this is (its name may be a hashed, shortened form of the owner)."""
+    marker = directory / OWNER_MARKER
+    if not marker.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        marker.write_text(owner, encoding="utf-8")
+
+
+def scope_of(root: Path, path: Path) -> str | None:
+    """The scope of a daily file from where it lies under the memory root; None when unknown."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return None
+    if len(parts) == 1:
+        return "global"
+    if len(parts) == 3 and parts[0] in _SCOPE_OF_DIR:
+        marker = path.parent / OWNER_MARKER
+        try:
+            owner = marker.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            owner = "" if "~" in parts[1] else parts[1]  # a name with "~" was altered: owner unknown
+        return f"{_SCOPE_OF_DIR[parts[0]]}:{owner}" if owner else None
+    return None
+
+
+def _replace(conn: Connection, rel: str, scope: str, day: str, pieces: list[str], mtime_ns: int) -> None:
+    conn.execute(delete(daily_chunks).where(daily_chunks.c.path == rel))
+    if pieces:
+        conn.execute(
+            insert(daily_chunks),
+            [
+                {"path": rel, "scope": scope, "day": day, "chunk_no": i, "content": p, "file_mtime_ns": mtime_ns}
+                for i, p in enumerate(pieces)
+            ],
+        )
+
+
+def _mtime(conn: Connection, rel: str) -> int | None:
+    row = conn.execute(select(daily_chunks.c.file_mtime_ns).where(daily_chunks.c.path == rel).limit(1)).first()
+    return None if row is None else int(row[0])
+
+
+def _search(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
+    if conn.dialect.name != "sqlite":
+        like = [daily_chunks.c.content.ilike(f"%{t}%") for t in terms]
+        from sqlalchemy import or_
+
+        rows: Any = conn.execute(
+            select(daily_chunks, literal_column("1.0").label("score"))
+            .where(or_(*like), daily_chunks.c.scope.in_(list(scopes)))
+            .order_by(daily_chunks.c.day.desc())
+            .limit(limit)
+        ).all()
+    else:
+        rows = conn.execute(
+            text(
+                "SELECT c.id, c.path, c.scope, c.day, c.content, -bm25(daily_chunks_fts) AS score "
+                "FROM daily_chunks_fts JOIN daily_chunks c ON c.id = daily_chunks_fts.rowid "
+                "WHERE daily_chunks_fts MATCH :q AND c.scope IN (SELECT value FROM json_each(:scopes)) "
+                "ORDER BY bm25(daily_chunks_fts) LIMIT :limit"
+            ),
+            {"q": fts_expression(terms), "scopes": _json_list(scopes), "limit": limit},
+        ).all()
+    return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
+
+
+def _mtime_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _daily_files(root: Path) -> list[Path]:
+    found = []
+    for directory, _dirs, names in os.walk(root):
+        if Path(directory).relative_to(root).parts[:1] == ("archived",):
+            continue  # consolidated files: indexed no more
+        found += [Path(directory) / n for n in names if n.endswith(".md") and n != "Memory.md" and n[0] != "."]
+    return sorted(found)
+
+
+def _json_list(values: Sequence[str]) -> str:
+    import json
+
+    return json.dumps(list(values))
+
+
+class DailyIndex:
+    def __init__(self, db: Database, files: DailyFiles) -> None:
+        self._db = db
+        self.files = files
+
+    async def index_file(self, path: Path, scope: str | None = None) -> int:
+        """(Re-)index one daily file when it changed since it was indexed; how many chunks it has
+        now (0 when unchanged or unknown)."""
+        scope = scope or await asyncio.to_thread(scope_of, self.files.root, path)
+        if scope is None:
+            return 0
+        mtime = await asyncio.to_thread(_mtime_of, path)
+        if mtime is None:
+            return 0
+        rel = path.relative_to(self.files.root).as_posix()
+        if await self._db.read(_mtime, rel) == mtime:
+            return 0
+        pieces = chunk(await asyncio.to_thread(self.files.read, path))
+        await self._db.write(_replace, rel, scope, path.stem, pieces, mtime)
+        return len(pieces)
+
+    async def scan(self) -> int:
+        """Index every daily file under the root that changed (at start, after hand edits)."""
+        done = 0
+        for path in await asyncio.to_thread(_daily_files, self.files.root):
+            done += await self.index_file(path)
+        return done
+
+    async def search(self, query: str, *, scopes: Sequence[str], limit: int = 10) -> list[ChunkHit]:
+        terms = query_terms(query)
+        if not terms or not scopes:
+            return []
+        return await self._db.read(_search, terms, tuple(scopes), max(1, min(limit, 50)))

@@ -1,0 +1,71 @@
+"""Daily files cut into overlapping chunks and found by scope."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from datetime import date
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory.daily import DailyFiles
+from memory.daily_index import DailyIndex, chunk, scope_of, write_owner_marker
+from memory.storage import Storage
+from memory.tokens import estimate_tokens
+
+
+def test_chunks_are_about_400_tokens_and_overlap() -> None:
+    lines = [f"- note {i}: " + "word " * 20 for i in range(100)]  # ~27 tokens a line
+    pieces = chunk("\n".join(lines))
+    assert len(pieces) > 3
+    assert all(estimate_tokens(p) <= 400 for p in pieces)
+    for a, b in itertools.pairwise(pieces):
+        assert a.splitlines()[-1] in b.splitlines()  # the next chunk starts inside the previous one
+
+
+@given(
+    st.lists(
+        st.text(min_size=1, max_size=200).filter(lambda s: s.strip() and "\n" not in s and "\r" not in s), max_size=60
+    )
+)
+def test_every_line_is_in_some_chunk(lines: list[str]) -> None:
+    pieces = chunk("\n".join(lines))
+    joined = "\n".join(pieces).splitlines()
+    for line in lines:
+        if line.strip() and line.splitlines() == [line]:
+            assert line in joined
+
+
+def test_scope_comes_from_where_the_file_lies(tmp_path: Path) -> None:
+    files = DailyFiles(tmp_path)
+    assert scope_of(tmp_path, tmp_path / "2026-11-30.md") == "global"
+    assert scope_of(tmp_path, files.path("user", "alice", date(2026, 11, 30))) == "personal:alice"
+    altered = files.path("channel", "telegram:group:-100", date(2026, 11, 30))
+    assert scope_of(tmp_path, altered) is None  # the directory name was altered: owner unknown ...
+    write_owner_marker(altered.parent, "telegram:group:-100")
+    assert scope_of(tmp_path, altered) == "channel:telegram:group:-100"  # ... until its marker says
+
+
+async def test_index_search_and_reindex_on_change(tmp_path: Path) -> None:
+    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        files = DailyFiles(tmp_path / "memory")
+        index = DailyIndex(storage.db, files)
+        alice = files.path("user", "alice", date(2026, 11, 30))
+        files.append(alice, "10:00 · web dm", ["The staging database moved to host db-7."])
+        shared = files.path("global", None, date(2026, 11, 30))
+        files.append(shared, "11:00", ["Deploys are frozen during the holidays."])
+        assert await index.scan() == 2
+        assert await index.scan() == 0  # unchanged files are skipped
+        [hit] = await index.search("where is the staging database?", scopes=["personal:alice"])
+        assert "db-7" in hit.content and hit.day == "2026-11-30" and hit.scope == "personal:alice"
+        assert await index.search("staging database", scopes=["personal:bob", "global"]) == []
+        files.append(alice, "12:00 · web dm", ["The staging database moved again, to db-9."])
+        os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
+        assert await index.index_file(alice) == 1
+        [hit] = await index.search("staging database", scopes=["personal:alice"])
+        assert "db-9" in hit.content
+    finally:
+        await storage.close()
