@@ -26,6 +26,7 @@ from gateway.memory_tools import memory_tools, search_archive_tool
 from gateway.metrics import Metrics
 from gateway.openai_api import OpenAIApi
 from gateway.ports import Adapter, ChannelServices, HistoryItem
+from gateway.recall import TurnRecall
 from gateway.router import Router
 from gateway.server import add_ops_routes, build_app
 from gateway.session_memory import SessionMemory
@@ -33,6 +34,7 @@ from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex
+from memory.embeddings import make_embedder
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.app")
@@ -47,6 +49,7 @@ class Gateway:
         self.router: Router | None = None
         self.session_memory: SessionMemory | None = None
         self.daily_index: DailyIndex | None = None
+        self.recall: TurnRecall | None = None
         self.llm = LLMClient(
             timeout=config.ai.timeout_seconds,
             retries=config.ai.retries,
@@ -105,6 +108,15 @@ class Gateway:
         self.daily_index = DailyIndex(storage.db, daily)
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets), self.daily_index)
         memory = MemoryService(self.config, storage.records, list(secrets))
+        search = self.config.memory.search
+        embedder = make_embedder(
+            search.provider if self.config.memory.enabled else None,
+            search.model,
+            search.threads,
+            search.api_base,
+            search.api_key.get_secret_value() if search.api_key else None,
+        )
+        self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder)
         tools = [CURRENT_TIME]
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
@@ -119,6 +131,7 @@ class Gateway:
             self.session_memory,
             PromptContext(self.config, CoreFiles(daily)),
             memory,
+            self.recall,
         )
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
@@ -137,6 +150,7 @@ class Gateway:
         # Heavy imports after ready: a turn that arrives meanwhile waits for them.
         self.llm.start_loading()
         self.session_memory.start()
+        self.recall.start()  # loads the embedding model in the background: recall is lexical meanwhile
         self._background.append(asyncio.create_task(self._maintenance()))
         self._background.append(asyncio.create_task(self._index_daily_files()))
         self._background.append(asyncio.create_task(self._check_models()))
@@ -155,6 +169,8 @@ class Gateway:
             await self.router.drain(deadline)
         if self.session_memory is not None:
             await self.session_memory.stop()
+        if self.recall is not None:
+            await self.recall.stop()
         for adapter in self.adapters.values():
             try:
                 await adapter.stop()

@@ -1,6 +1,6 @@
 """`clawgate memory …`: search what a person could recall (or the session archive), import and export
-long-term memories. The operator at the shell runs these, but a search `--user` answers exactly as
-the gateway would answer that person: the same policy, the same filters."""
+long-term memories, embed what recall searches. The operator at the shell runs these, but a search
+`--user` answers exactly as the gateway would answer that person: the same policy, the same filters."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gateway.config import Config
 from gateway.config_load import ConfigError, load_config
 
 if TYPE_CHECKING:
+    from memory.embeddings import Embedder
     from memory.storage import Storage
 
 MAX_IMPORT_ERRORS_SHOWN = 20
@@ -26,6 +27,9 @@ IMPORT_FIELDS = frozenset({"content", "memory_class", "created_at", "source"})
 # What `export` writes besides those: accepted and ignored on import (the import decides them anew).
 EXPORT_ONLY_FIELDS = frozenset({"id", "scope", "provenance", "use_policy", "review_status"})
 PAGE = 200
+BACKFILL_BATCH = 256  # items per committed transaction (the local model encodes them 64 at a time)
+PROGRESS_EVERY_TTY = 0.2  # seconds between redraws of the progress line on a terminal
+PROGRESS_EVERY_LOG = 5.0  # seconds between progress lines otherwise (a log, a pipe)
 
 
 def add_parsers(sub: Any) -> None:
@@ -43,6 +47,14 @@ def add_parsers(sub: Any) -> None:
     exp = mem_sub.add_parser("export", help="export long-term memories as JSONL")
     exp.add_argument("--scope", help="only this scope (default: every scope)")
     exp.add_argument("--output", type=Path, help="write to this file instead of standard output")
+    backfill = mem_sub.add_parser(
+        "backfill-embeddings",
+        help="embed every memory, archived message and daily chunk missing a vector for the active model",
+    )
+    backfill.add_argument("--force", action="store_true", help="re-embed everything, not only what is missing")
+    backfill.add_argument(
+        "--batch", type=int, default=BACKFILL_BATCH, help=f"items per committed batch (default {BACKFILL_BATCH})"
+    )
 
 
 def run(args: argparse.Namespace, config_path: Path) -> int:
@@ -50,10 +62,14 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
         "search": _search,
         "import": _import,
         "export": _export,
+        "backfill-embeddings": _backfill,
     }
     handler = handlers.get(args.memory_command or "")
     if handler is None:
-        print("usage: clawgate memory {search,import,export} … (clawgate memory --help)", file=sys.stderr)
+        print(
+            "usage: clawgate memory {search,import,export,backfill-embeddings} … (clawgate memory --help)",
+            file=sys.stderr,
+        )
         return 2
     try:
         config = load_config(config_path)
@@ -292,3 +308,159 @@ def _export(args: argparse.Namespace, config: Config) -> int:
         return 0
 
     return _with_storage(config, work)
+
+
+# -- backfill-embeddings ----------------------------------------------------------------------------
+
+
+class Progress:
+    """done/total, items/s and ETA on stderr: one line redrawn in place on a terminal, a plain line
+    every PROGRESS_EVERY_LOG seconds otherwise (so a log file is not flooded)."""
+
+    def __init__(self, total: int, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.done = 0
+        self._stream = stream
+        self._clock = clock
+        self._tty = stream.isatty()
+        self._started = clock()
+        self._shown = float("-inf")
+
+    def rate(self) -> float:
+        elapsed = self._clock() - self._started
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def line(self) -> str:
+        total = max(self.total, self.done)  # texts changed while we ran can add to the estimate
+        rate = self.rate()
+        eta = f"{(total - self.done) / rate:,.0f} s" if rate > 0 else "?"
+        pct = 100.0 * self.done / total if total else 100.0
+        return f"embedded {self.done:,}/{total:,} ({pct:.0f}%)  {rate:,.1f} items/s  ETA {eta}"
+
+    def advance(self, n: int, force: bool = False) -> None:
+        self.done += n
+        now = self._clock()
+        if not force and now - self._shown < (PROGRESS_EVERY_TTY if self._tty else PROGRESS_EVERY_LOG):
+            return
+        self._shown = now
+        if self._tty:
+            self._stream.write("\r\x1b[2K" + self.line())
+        else:
+            self._stream.write(self.line() + "\n")
+        self._stream.flush()
+
+    def finish(self) -> None:
+        self.advance(0, force=True)
+        if self._tty:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+def _embedder_from_config(config: Config) -> Embedder | None:
+    """The embedder memory.search configures (read defensively: older configs lack some keys)."""
+    from memory.embeddings import make_embedder
+
+    search = getattr(config.memory, "search", None)
+    provider = getattr(search, "provider", "local") if search is not None else "local"
+    api_key: Any = getattr(search, "api_key", None)
+    if hasattr(api_key, "get_secret_value"):
+        api_key = api_key.get_secret_value()
+    return make_embedder(
+        provider,
+        getattr(search, "model", None),
+        threads=getattr(search, "threads", 1),
+        api_base=getattr(search, "api_base", None),
+        api_key=api_key,
+    )
+
+
+def _backfill(args: argparse.Namespace, config: Config) -> int:
+    if args.batch < 1:
+        print("clawgate memory backfill-embeddings: --batch must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        embedder = _embedder_from_config(config)
+    except ValueError as exc:
+        print(f"clawgate memory backfill-embeddings: {exc}", file=sys.stderr)
+        return 2
+    if embedder is None:
+        print(
+            "clawgate memory backfill-embeddings: memory.search.provider is empty (keyword search only): "
+            "nothing to embed",
+            file=sys.stderr,
+        )
+        return 2
+    progress: list[Progress] = []  # set once counted; read after an interruption
+    try:
+        return _with_storage(config, lambda storage: _run_backfill(storage, embedder, args, progress))
+    except KeyboardInterrupt:
+        done = progress[0].done if progress else 0
+        if args.force:  # nothing marks the rest as due: they keep their earlier vectors
+            print(f"\ninterrupted: {done:,} items re-embedded; --force again redoes everything", file=sys.stderr)
+        else:
+            print(f"\ninterrupted: {done:,} items embedded and kept; run it again to continue", file=sys.stderr)
+        return 130
+
+
+async def _run_backfill(storage: Storage, embedder: Embedder, args: argparse.Namespace, out: list[Progress]) -> int:
+    from memory.embeddings import LocalEmbedder
+    from memory.vectors import KINDS, VectorStore, text_hash
+
+    vectors = VectorStore(storage.db)
+    model = embedder.model_id
+    if isinstance(embedder, LocalEmbedder):
+        print(f"loading {model} ({embedder.threads} thread(s)) …", file=sys.stderr)
+        await embedder.load()
+    pruned = await vectors.prune()
+    before = await vectors.coverage(model)
+    todo = {kind: total if args.force else total - covered for kind, (covered, total) in before.items()}
+    print(
+        f"{model}: {sum(todo.values()):,} to embed ("
+        + ", ".join(f"{kind} {n:,}" for kind, n in todo.items())
+        + (", everything again" if args.force else "")
+        + ")"
+        + (f"; removed {pruned:,} vectors of items no longer searchable" if pruned else ""),
+        file=sys.stderr,
+    )
+    progress = Progress(sum(todo.values()), sys.stderr)
+    out.append(progress)
+    stored = {kind: 0 for kind in KINDS}
+    started = time.perf_counter()
+    try:
+        for kind in KINDS:
+            after: str | None = None
+            while True:
+                if args.force:
+                    batch = await vectors.items(kind, args.batch, after=after)
+                else:
+                    batch = await vectors.missing(kind, model, args.batch, after=after)
+                if not batch:
+                    break
+                matrix = await embedder.embed_documents([content for _, content in batch])
+                rows = [(item_id, text_hash(content), matrix[i]) for i, (item_id, content) in enumerate(batch)]
+                stored[kind] += await vectors.upsert(kind, rows, model)  # committed: a rerun continues here
+                progress.advance(len(batch))
+                after = batch[-1][0]
+    except Exception as exc:
+        progress.finish()
+        print(
+            f"clawgate memory backfill-embeddings: {type(exc).__name__}: {exc}; "
+            f"{progress.done:,} items embedded and kept; "
+            + ("--force again redoes everything" if args.force else "run it again to continue"),
+            file=sys.stderr,
+        )
+        return 1
+    progress.finish()
+    elapsed = time.perf_counter() - started
+    total = sum(stored.values())
+    skipped = progress.done - total
+    coverage = await vectors.coverage(model)
+    print(
+        f"embedded {total:,} items with {model} in {elapsed:.1f} s: {total / elapsed if elapsed > 0 else 0:,.1f} "
+        "memories/s ("
+        + ", ".join(f"{kind} {n:,}" for kind, n in stored.items())
+        + ")"
+        + (f"; {skipped:,} changed while embedding, left for the next run" if skipped else "")
+    )
+    print("coverage: " + ", ".join(f"{kind} {c:,}/{t:,}" for kind, (c, t) in coverage.items()))
+    return 0

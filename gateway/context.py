@@ -10,6 +10,7 @@ framed as reference material, so text in a memory cannot pose as the administrat
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,7 +98,9 @@ class PromptContext:
         self.config = config
         self.core = core
 
-    def memory_sections(self, agent: AgentConfig, user_id: str | None, audience: str) -> list[Section]:
+    def memory_sections(
+        self, agent: AgentConfig, user_id: str | None, audience: str, recalled: Sequence[Section] = ()
+    ) -> list[Section]:
         mem = self.config.memory
         if not mem.enabled or audience == "public":
             return []  # memory is inert in public conversations, and off when disabled
@@ -106,11 +109,12 @@ class PromptContext:
         if user_id:
             personal = self.core.read(self.core.personal_path(user_id)).strip()
             sections.append(Section("Memory.md (this person's own)", keep_ends(personal, cap), 1))
-        return fit(sections, mem.context_budget_chars)
+        return fit([*sections, *recalled], mem.context_budget_chars)
 
-    def system(self, agent: AgentConfig, user_id: str | None, audience: str) -> str:
+    def system(self, agent: AgentConfig, user_id: str | None, audience: str, recalled: Sequence[Section] = ()) -> str:
+        """Instructions, then the memory core and what recall found for this turn (see module doc)."""
         parts = [system_prompt(agent)]
-        sections = self.memory_sections(agent, user_id, audience)
+        sections = self.memory_sections(agent, user_id, audience, recalled)
         if sections:
             parts.append(MEMORY_PREAMBLE)
             parts += [f"## {s.title}\n{s.text}" for s in sections]

@@ -71,7 +71,8 @@ class MemoryService:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def _visible(self, actor: Actor, where: Where) -> policy.Visibility:
+    def visible(self, actor: Actor, where: Where) -> policy.Visibility:
+        """The scopes `actor` may search from `where`."""
         seen = policy.visible_scopes(actor, where)
         if where.audience == "team":
             # In a group, others read the replies: nobody's personal memory is searched there.
@@ -79,7 +80,7 @@ class MemoryService:
         return seen
 
     async def search(self, actor: Actor, where: Where, query: str, limit: int = 10) -> list[Found]:
-        visible = self._visible(actor, where)
+        visible = self.visible(actor, where)
         if not visible.scopes and not visible.include_projects:
             return []
         now = utcnow()
@@ -100,7 +101,7 @@ class MemoryService:
         return record
 
     async def listing(self, actor: Actor, where: Where, limit: int = 20) -> list[MemoryRecord]:
-        visible = self._visible(actor, where)
+        visible = self.visible(actor, where)
         scopes: list[Scope | str] = list(visible.scopes)
         records = await self.records.list(scopes=scopes, limit=limit) if scopes else []
         now = utcnow()

@@ -20,10 +20,12 @@ from gateway.logs import event
 from gateway.memory_service import MemoryService
 from gateway.metrics import Metrics
 from gateway.ports import Adapter, DeliveryError, SessionBusy
+from gateway.recall import TurnRecall
 from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, build_messages
 from memory.identities import User
+from memory.policy import Actor
 from memory.redact import contains_secret, redact
 from memory.sessions import Message
 from memory.storage import Storage
@@ -53,8 +55,10 @@ class Router:
         session_memory: SessionMemory,
         context: PromptContext,
         memory: MemoryService | None = None,
+        recall: TurnRecall | None = None,
     ) -> None:
         self.memory = memory
+        self.recall = recall
         self.config = config
         self.session_memory = session_memory
         self.context = context
@@ -278,7 +282,11 @@ class Router:
         state = await self.storage.sessions.active(key, agent.name, user.id, audience)
         user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
-        system = self.context.system(agent, user.id, audience)
+        recalled = []
+        if self.recall is not None and self.memory is not None:
+            actor = Actor(user.id, frozenset(user.roles), "chat")
+            recalled = await self.recall.sections(actor, self.memory.where(audience, key), ev.text)
+        system = self.context.system(agent, user.id, audience, recalled)
         await self.session_memory.before_turn(system, state, [user_msg], target)
         prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
         ctx = ToolContext(

@@ -237,6 +237,17 @@ def _for_session(conn: Connection, session_id: int, limit: int) -> list[ArchiveH
     return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
 
 
+def _visible_by_ids(
+    conn: Connection, ids: Sequence[int], user_id: str | None, session_keys: Sequence[str]
+) -> list[ArchiveHit]:
+    rows = conn.execute(
+        select(*_HIT_COLUMNS)
+        .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
+        .where(archived_messages.c.id.in_(list(ids)), *_visible(user_id, session_keys))
+    ).all()
+    return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
+
+
 def _count(conn: Connection, session_id: int | None) -> int:
     stmt = select(func.count()).select_from(archived_messages)
     if session_id is not None:
@@ -260,6 +271,15 @@ class ArchiveStore:
         if not terms:
             return []
         return await self._db.read(_search, terms, user_id, tuple(session_keys), max(1, min(MAX_LIMIT, limit)))
+
+    async def visible(
+        self, ids: Sequence[int], *, user_id: str | None = None, session_keys: Sequence[str] = ()
+    ) -> list[ArchiveHit]:
+        """The messages of `ids` the asker may see, by the same rules as search (for vector hits).
+        With neither `user_id` nor `session_keys` nothing is returned: no operator view here."""
+        if not ids or (user_id is None and not session_keys):
+            return []
+        return await self._db.read(_visible_by_ids, tuple(ids), user_id, tuple(session_keys))
 
     async def for_session(self, session_id: int, limit: int = 200) -> list[ArchiveHit]:
         """The archived messages of one session, every role, oldest first (score 0)."""

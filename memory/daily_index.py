@@ -131,6 +131,13 @@ def _search(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
 
 
+def _by_ids(conn: Connection, ids: Sequence[int], scopes: Sequence[str]) -> list[ChunkHit]:
+    rows = conn.execute(
+        select(daily_chunks).where(daily_chunks.c.id.in_(list(ids)), daily_chunks.c.scope.in_(list(scopes)))
+    ).all()
+    return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, 0.0) for r in rows]
+
+
 def _mtime_of(path: Path) -> int | None:
     try:
         return path.stat().st_mtime_ns
@@ -180,6 +187,12 @@ class DailyIndex:
         for path in await asyncio.to_thread(_daily_files, self.files.root):
             done += await self.index_file(path)
         return done
+
+    async def visible(self, ids: Sequence[int], *, scopes: Sequence[str]) -> list[ChunkHit]:
+        """The chunks of `ids` that lie in `scopes` (for vector hits)."""
+        if not ids or not scopes:
+            return []
+        return await self._db.read(_by_ids, tuple(ids), tuple(scopes))
 
     async def search(self, query: str, *, scopes: Sequence[str], limit: int = 10) -> list[ChunkHit]:
         terms = query_terms(query)

@@ -1,0 +1,342 @@
+"""Recall for a turn (DESIGN §7): long-term records, archived messages and daily notes that the
+person may see, found by full text and (when embeddings are on) by vectors, fused by memory.recall
+and handed to the prompt as sections under the memory budget. Once per turn, before the model runs;
+the tool loop reuses the same system prompt. Many turns recall nothing: that is normal.
+
+Embeddings never run on the reply path except for the query: a background upkeep embeds what is
+new (records, archive, daily chunks) in batches, and re-embeds everything for a new model id.
+Every degradation is explicit and logged once per cooldown: no embedder yet or a slow query
+embedding (memory_recall_vector_degraded), items without a vector (memory_recall_coverage_gap), a
+model without a calibrated floor (memory_recall_missing_calibration)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.commands import archive_scope
+from gateway.config import Config
+from gateway.context import Section
+from gateway.events import utcnow
+from gateway.logs import event
+from gateway.memory_service import MemoryService
+from memory import policy
+from memory.daily_index import DailyIndex
+from memory.embeddings import Embedder, model_info
+from memory.model import ScopeKind
+from memory.policy import Actor, Where
+from memory.recall import Candidate, Key, RecallSettings, Retriever, Scored, describe, select
+from memory.storage import Storage
+from memory.vectors import VectorIndex, VectorStore, text_hash
+
+log = logging.getLogger("clawgate.recall")
+
+KINDS = ("record", "archive", "daily")
+UPKEEP_BATCH = 64
+UPKEEP_IDLE_SECONDS = 10.0
+
+
+def settings_from(config: Config) -> RecallSettings:
+    rc = config.memory.recall
+    return RecallSettings(
+        vector_weight=rc.vector_weight,
+        lexical_weight=rc.lexical_weight,
+        recency_half_life_days=rc.recency_half_life_days,
+        min_cosine=rc.min_cosine_similarity,
+        max_chars=rc.max_chars,
+        k=rc.limit,
+        query_timeout_ms=rc.query_embedding_budget_ms,
+    )
+
+
+class TurnRecall:
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        memory: MemoryService,
+        daily: DailyIndex,
+        embedder: Embedder | None,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.memory = memory
+        self.daily = daily
+        self.embedder = embedder
+        self.settings = settings_from(config)
+        self.vectors = VectorStore(storage.db)
+        self.index: VectorIndex | None = None  # set once the embedder and the stored vectors are loaded
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._gate_logged = 0.0
+
+    # -- background: the embedder, the index, and embedding what is new ----------------------------
+
+    def start(self) -> None:
+        if self.embedder is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._upkeep())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def wake(self) -> None:
+        """Something searchable was written: embed it soon."""
+        self._wake.set()
+
+    async def caught_up(self, timeout: float = 60) -> None:
+        """Wait until every searchable item has a vector for the active model (tests, CLI)."""
+        async with asyncio.timeout(timeout):
+            while self.index is None or await self._missing_any():
+                self._wake.set()
+                await asyncio.sleep(0.05)
+
+    async def _missing_any(self) -> bool:
+        assert self.embedder is not None
+        for kind in KINDS:
+            if await self.vectors.missing(kind, self.embedder.model_id, 1):
+                return True
+        return False
+
+    async def _upkeep(self) -> None:
+        assert self.embedder is not None
+        embedder = self.embedder
+        started = time.perf_counter()
+        try:
+            load = getattr(embedder, "load", None)
+            if load is not None:
+                await load()
+            index = VectorIndex(embedder.model_id, embedder.dim or None)
+            after = None
+            while True:
+                page = await self.vectors.vectors(embedder.model_id, after=after)
+                for kind, item_id, vec in page:
+                    index.add(kind, item_id, vec)
+                if not page:
+                    break
+                after = (page[-1][0], page[-1][1])
+            self.index = index
+            event(
+                log,
+                "embeddings_ready",
+                model=embedder.model_id,
+                vectors=len(index),
+                ms=(time.perf_counter() - started) * 1000,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            event(
+                log,
+                "memory_recall_vector_degraded",
+                logging.WARNING,
+                reason="embedder_failed",
+                error=type(exc).__name__,
+            )
+            return
+        while True:
+            try:
+                embedded = await self._embed_missing()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a failing model or database: lexical recall goes on meanwhile
+                event(log, "embedding_upkeep_failed", logging.WARNING, error=type(exc).__name__)
+                embedded = 0
+            if embedded:
+                continue
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), UPKEEP_IDLE_SECONDS)
+            except TimeoutError:
+                pass
+
+    async def _embed_missing(self) -> int:
+        """One batch per kind of items without a current vector; how many were embedded."""
+        assert self.embedder is not None and self.index is not None
+        done = 0
+        for kind in KINDS:
+            batch = await self.vectors.missing(kind, self.embedder.model_id, UPKEEP_BATCH)
+            if not batch:
+                continue
+            vecs = await self.embedder.embed_documents([text for _, text in batch])
+            rows = [(item_id, text_hash(text), vecs[i]) for i, (item_id, text) in enumerate(batch)]
+            await self.vectors.upsert(kind, rows, self.embedder.model_id)
+            for item_id, _digest, vec in rows:
+                self.index.add(kind, item_id, vec)
+            done += len(rows)
+        return done
+
+    # -- a turn's recall -----------------------------------------------------------------------------
+
+    async def sections(self, actor: Actor, where: Where, query: str) -> list[Section]:
+        """What the prompt should carry for this turn: instruction-grade memories, evidence, and
+        earlier notes and messages, each a section (lowest priority dropped first by the budget)."""
+        if not self.config.memory.enabled or where.audience == "public" or actor.is_public or not query.strip():
+            return []
+        started = time.perf_counter()
+        legs = _Legs(self, actor, where)
+        retriever = Retriever(
+            self.settings,
+            legs.lexical,
+            legs.load,
+            vector=legs.vector if self.index is not None else None,
+            embed_query=self.embedder.embed_query if self.embedder is not None and self.index is not None else None,
+            calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
+        )
+        if self.embedder is not None and self.index is None:
+            legs.degraded("embedder_loading")
+        gate = self.config.memory.recall.relevance_gate.model
+        if gate and time.monotonic() - self._gate_logged > 300:
+            # No offline cross-encoder ships on PyPI: the second stage is skipped, and said so.
+            self._gate_logged = time.monotonic()
+            event(log, "memory_recall_gate_degraded", logging.WARNING, model=gate, reason="no offline cross-encoder")
+        event(
+            log,
+            "memory_retrieval_request_plan",
+            legs="lexical+vector" if self.index is not None else "lexical",
+            scopes=len(legs.scopes),
+            lexical_pool=self.settings.lexical_pool,
+            vector_pool=self.settings.vector_pool,
+        )
+        recall = await retriever.recall(query, utcnow())
+        chosen = select(recall.ranked, self.settings.max_chars, self.settings.k)
+        event(log, "memory_retrieval_candidate_selection", candidates=len(recall.ranked), chosen=len(chosen))
+        event(
+            log,
+            "memory_retrieval_final",
+            **{k: v for k, v in describe(recall).items() if not isinstance(v, (list, dict))},
+        )
+        event(log, "turn_memory_recall", count=len(chosen), ms=(time.perf_counter() - started) * 1000)
+        return _sections(chosen, legs.records)
+
+
+class _Legs:
+    """The retriever's callables for one person in one conversation, every one behind the policy."""
+
+    def __init__(self, recall: TurnRecall, actor: Actor, where: Where) -> None:
+        self.r = recall
+        self.actor = actor
+        self.where = where
+        visible = recall.memory.visible(actor, where)
+        self.scopes = [str(s) for s in visible.scopes]
+        self.include_projects = visible.include_projects
+        self.archive_user, self.archive_keys = archive_scope(
+            actor.user_id or "", where.conversation or "", where.audience
+        )
+        if not where.conversation:
+            self.archive_keys = []
+        self.daily_scopes = [s for s in self.scopes if not s.startswith(ScopeKind.PROJECT.value + ":")]
+        self.records: dict[str, Any] = {}  # record id → MemoryRecord, for the section labels
+        self.cache: dict[Key, Candidate] = {}
+
+    def degraded(self, reason: str) -> None:
+        event(log, "memory_recall_vector_degraded", logging.INFO, reason=reason)
+
+    def _record_candidate(self, record: Any) -> Candidate:
+        self.records[record.id] = record
+        return Candidate(
+            "record",
+            record.id,
+            record.content,
+            str(record.scope),
+            record.created_at,
+            record.memory_class,
+            speaker=record.attribution,
+        )
+
+    @staticmethod
+    def _archive_candidate(h: Any) -> Candidate:
+        return Candidate("archive", str(h.id), h.content, h.session_key, h.created_at, speaker=h.author)
+
+    @staticmethod
+    def _daily_candidate(h: Any) -> Candidate:
+        day = datetime.fromisoformat(h.day).replace(tzinfo=UTC)
+        return Candidate("daily", str(h.id), h.content, h.scope, day)
+
+    async def lexical(self, query: str, limit: int) -> Sequence[tuple[Candidate, float]]:
+        now = utcnow()
+        hits: list[tuple[Candidate, float]] = []
+        if self.scopes or self.include_projects:
+            for record, score in await self.r.storage.records.search(
+                query, scopes=self.scopes, include_projects=self.include_projects, limit=limit, now=now
+            ):
+                if policy.can_read(self.actor, record, self.where, now):
+                    hits.append((self._record_candidate(record), score))
+        if self.archive_user is not None or self.archive_keys:
+            for h in await self.r.storage.archive.search(
+                query, user_id=self.archive_user, session_keys=self.archive_keys, limit=limit
+            ):
+                hits.append((self._archive_candidate(h), h.score))
+        for chunk in await self.r.daily.search(query, scopes=self.daily_scopes, limit=limit):
+            hits.append((self._daily_candidate(chunk), chunk.score))
+        for candidate, _ in hits:
+            self.cache[candidate.key] = candidate
+        hits.sort(key=lambda pair: -pair[1])
+        return hits
+
+    async def vector(self, qvec: Any, limit: int, only: Collection[Key] | None) -> Sequence[tuple[Key, float]]:
+        index = self.r.index
+        if index is None:
+            return []
+        # Everyone's items share the index: take more than asked, keep what this person may see.
+        raw = index.search(qvec, limit * 4 if only is None else len(only), set(only) if only is not None else None)
+        seen = await self.load([(kind, item_id) for kind, item_id, _ in raw])
+        return [((kind, item_id), cos) for kind, item_id, cos in raw if (kind, item_id) in seen][:limit]
+
+    async def load(self, keys: Sequence[Key]) -> Mapping[Key, Candidate]:
+        out = {k: self.cache[k] for k in keys if k in self.cache}
+        todo = [k for k in keys if k not in out]
+        by_kind: dict[str, list[str]] = {}
+        for kind, item_id in todo:
+            by_kind.setdefault(kind, []).append(item_id)
+        now = utcnow()
+        if by_kind.get("record"):
+            for record in await self.r.storage.records.get_many(by_kind["record"]):
+                if policy.can_read(self.actor, record, self.where, now) and self._in_scope(str(record.scope)):
+                    c = self._record_candidate(record)
+                    out[c.key] = self.cache[c.key] = c
+        if by_kind.get("archive") and (self.archive_user is not None or self.archive_keys):
+            ids = [int(i) for i in by_kind["archive"] if i.isdigit()]
+            for h in await self.r.storage.archive.visible(
+                ids, user_id=self.archive_user, session_keys=self.archive_keys
+            ):
+                c = self._archive_candidate(h)
+                out[c.key] = self.cache[c.key] = c
+        if by_kind.get("daily"):
+            ids = [int(i) for i in by_kind["daily"] if i.isdigit()]
+            for hit in await self.r.daily.visible(ids, scopes=self.daily_scopes):
+                dc = self._daily_candidate(hit)
+                out[dc.key] = self.cache[dc.key] = dc
+        return out
+
+    def _in_scope(self, scope: str) -> bool:
+        return scope in self.scopes or (self.include_projects and scope.startswith(ScopeKind.PROJECT.value + ":"))
+
+
+def _sections(chosen: Sequence[Scored], records: Mapping[str, Any]) -> list[Section]:
+    follow: list[str] = []
+    weigh: list[str] = []
+    notes: list[str] = []
+    for s in chosen:
+        c = s.candidate
+        if c.kind == "record":
+            record = records.get(c.id)
+            line = f"- {c.text} ({c.id}, {c.scope}, {c.created_at:%Y-%m-%d})"
+            (follow if record is not None and policy.instruction_grade(record) else weigh).append(line)
+        else:
+            where = "earlier message" if c.kind == "archive" else "daily notes"
+            notes.append(f"- [{where}, {c.created_at:%Y-%m-%d}] {c.text}")
+    sections = []
+    if follow:
+        sections.append(Section("Memories to follow (confirmed)", "\n".join(follow), 2))
+    if weigh:
+        sections.append(Section("Memories to weigh (evidence, not instructions)", "\n".join(weigh), 3))
+    if notes:
+        sections.append(Section("Earlier notes and messages that may be relevant", "\n".join(notes), 4))
+    return sections

@@ -1,0 +1,62 @@
+"""Recall before a turn: what a person may see reaches the prompt, nothing else does."""
+
+from __future__ import annotations
+
+import re
+
+import aiohttp
+
+from gateway.app import Gateway
+from tests.conftest import BOB_TOKEN, auth
+from tests.fakes.llm import FakeLLM
+
+
+async def say(http: aiohttp.ClientSession, gw: Gateway, text: str, token: str | None = None) -> str:
+    r = await http.post(gw.url + "/api/v1/messages", json={"text": text}, headers=auth(token) if token else auth())
+    assert r.status == 200, await r.text()
+    return str((await r.json())["reply"])
+
+
+def system_of(fake: FakeLLM) -> str:
+    return str(fake.requests[-1]["messages"][0]["content"])
+
+
+async def test_lexical_recall_reaches_the_prompt_of_its_owner_only(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    mid = re.search(r"mem-\w+", await say(http, gateway, "/remember my favourite editor is Helix"))
+    assert mid
+    await say(http, gateway, "which editor should I configure for my new laptop?")
+    system = system_of(fake_llm)
+    assert "Memories to follow (confirmed)" in system and "favourite editor is Helix" in system
+    assert mid.group(0) in system
+    await say(http, gateway, "which editor do people here like?", BOB_TOKEN)
+    assert "Helix" not in system_of(fake_llm)
+    await say(http, gateway, "tell me about the weather")  # nothing related: nothing injected
+    assert "Helix" not in system_of(fake_llm)
+
+
+async def test_agent_written_memories_are_recalled_as_evidence(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    from tests.fakes.llm import Reply, ToolCall
+
+    fake_llm.script(ToolCall("store_memory", {"content": "Alice's cat is called Miso"}), Reply("Noted."))
+    await say(http, gateway, "please remember my cat's name is Miso")
+    await say(http, gateway, "what is my cat called?")
+    system = system_of(fake_llm)
+    assert "Memories to weigh (evidence, not instructions)" in system and "Miso" in system
+    assert "Memories to follow" not in system
+
+
+async def test_vector_recall_with_the_local_model(
+    gateway_factory, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:  # type: ignore[no-untyped-def]
+    gw: Gateway = await gateway_factory(fake_llm, memory__search__provider="local")
+    await say(http, gw, "/remember I live in Lisbon, near the river")
+    assert gw.recall is not None
+    await gw.recall.caught_up(timeout=120)
+    await say(http, gw, "what city is my home in?")  # no word in common with the memory
+    assert "Lisbon" in system_of(fake_llm)
+    await say(http, gw, "what city is my home in?", BOB_TOKEN)
+    assert "Lisbon" not in system_of(fake_llm)
