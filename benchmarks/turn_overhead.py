@@ -53,7 +53,8 @@ if str(ROOT) not in sys.path:
 TOKEN = "bench-token-0123456789abcdef"
 API_KEY = "sk-bench-not-a-real-key-000000"
 MODEL = "openai/fake-model"  # --model changes it (a model LiteLLM knows prices differently)
-TRANSPORT = "auto"  # --transport litellm sends every model call through litellm.acompletion
+TRANSPORT = "auto"
+SESSION_MESSAGES = 40  # --transport litellm sends every model call through litellm.acompletion
 REPLY = "This is the fake model's reply to your benchmark message."
 REPLY_CHUNKS = 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -181,6 +182,9 @@ def gateway_config_data(api_base: str, data_dir: str) -> dict[str, Any]:
         "channels": {"web": {"host": "127.0.0.1", "port": 0}},
         "users": {"bench": {"roles": ["user"], "tokens": [TOKEN]}},
         "logging": {"level": "WARNING"},
+        # Sessions hold at most 40 messages (then they are summarized, by the fake, and cut to 24):
+        # one long benchmark session keeps a realistic context instead of growing for 1000 turns.
+        "memory": {"session_memory": {"max_tokens": 0, "messages": SESSION_MESSAGES}},
     }
 
 
@@ -228,7 +232,7 @@ def gateway_shaped_prompt(history_turns: int) -> tuple[list[dict[str, Any]], lis
     history: list[Message] = []
     for i in range(history_turns):
         history += [Message("user", f"benchmark message {i}", author="web:bench"), Message("assistant", REPLY)]
-    history = history[-config.session.history_messages :]
+    history = history[-SESSION_MESSAGES:]
     messages = build_messages(agent, history, [Message("user", "benchmark message", author="web:bench")])
     tools = ToolRegistry().schemas() if config.ai.max_tool_rounds > 0 else None
     return messages, tools or None

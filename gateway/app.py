@@ -117,6 +117,7 @@ class Gateway:
             search.api_key.get_secret_value() if search.api_key else None,
         )
         self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder)
+        memory.on_change = self.session_memory.on_change = self.recall.wake
         tools = [CURRENT_TIME]
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
@@ -213,6 +214,8 @@ class Gateway:
                 gone = await self.storage.records.expire()
                 if gone:
                     event(log, "memory_expired", records=gone)
+                if self.recall is not None:
+                    await self.recall.vectors.prune()  # vectors of forgotten or expired items
             except Exception as exc:  # a busy or failing database: try again next hour
                 event(log, "memory_expire_failed", logging.WARNING, error=type(exc).__name__)
             await asyncio.sleep(every)

@@ -65,13 +65,17 @@ class CoreFiles:
     def __init__(self, daily: DailyFiles) -> None:
         self.daily = daily
         self._cache: dict[Path, tuple[int, int, str]] = {}
+        self._personal: dict[str, Path] = {}
         self._lock = threading.Lock()
 
     def global_path(self) -> Path:
         return self.daily.root / "Memory.md"
 
     def personal_path(self, user_id: str) -> Path:
-        return self.daily.directory("user", user_id) / "Memory.md"
+        path = self._personal.get(user_id)
+        if path is None:  # a safe path component costs a hash: once per person
+            path = self._personal[user_id] = self.daily.directory("user", user_id) / "Memory.md"
+        return path
 
     def read(self, path: Path) -> str:
         try:

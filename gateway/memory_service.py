@@ -9,6 +9,7 @@ exactly like a record that does not exist, so ids cannot be probed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,6 +58,8 @@ class MemoryService:
         self.config = config
         self.records = records
         self._secrets = secrets
+        # Called after any record changed (the recall upkeep embeds what is new).
+        self.on_change: Callable[[], None] | None = None
         wa = config.memory.write_access
         self.access = policy.WriteAccess(
             enabled=wa.enabled, allowed_roles=frozenset(wa.allowed_roles), allowed_users=frozenset(wa.allowed_users)
@@ -167,7 +170,12 @@ class MemoryService:
             origin_audience=where.audience,
         )
         event(log, "memory_stored", id=record.id, scope=str(target), run=actor.run, flagged=sensitive)
+        self._changed()
         return record
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     async def _writable(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord:
         record = await self.get(actor, where, record_id)
@@ -206,7 +214,9 @@ class MemoryService:
             if gone is None:
                 raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
             try:
-                return await self.records.undo(gone.id, who)
+                undone = await self.records.undo(gone.id, who)
+                self._changed()
+                return undone
             except RecordError as exc:
                 raise MemoryRefused(str(exc) or "nothing to undo") from None
         record = await self.get(actor, where, record_id)
@@ -274,6 +284,7 @@ class MemoryService:
         except RecordError as exc:
             raise MemoryRefused(str(exc) or "the memory changed meanwhile: try again") from None
         event(log, "memory_reviewed", id=record.id, action=action)
+        self._changed()
         return done
 
 

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -34,7 +34,7 @@ from memory.budget import Budget, plan_flush, plan_trim
 from memory.daily_index import write_owner_marker
 from memory.flushes import FlushJob, FlushLine
 from memory.redact import redact
-from memory.sessions import FlushRequest, Message, SessionState
+from memory.sessions import Archived, FlushRequest, Message, SessionState
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
 
@@ -133,6 +133,8 @@ class SessionMemory:
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self.flush_retry_seconds = FLUSH_RETRY_SECONDS
+        # Called after messages were archived or notes written (the recall upkeep embeds them).
+        self.on_change: Callable[[], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -217,7 +219,7 @@ class SessionMemory:
         # With memory off the older messages still leave the request, into the archive only.
         writes = target is not None and self.config.memory.enabled
         flush = FlushRequest(target.scope, target.owner, self.today().isoformat()) if writes and target else None
-        done = await self.storage.sessions.archive(state, through, "flushed", flush=flush)
+        done = await self._archive(state, through, "flushed", flush=flush)
         if done is None:
             return
         event(
@@ -231,6 +233,16 @@ class SessionMemory:
         )
         if flush is not None:
             self._wake.set()
+
+    async def _archive(self, state: SessionState, through: int, reason: str, **kw: Any) -> Archived | None:
+        done = await self.storage.sessions.archive(state, through, reason, **kw)
+        if done is not None and done.count:
+            self._changed()
+        return done
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def today(self) -> date:
         return utcnow().astimezone(ZoneInfo(self.config.timezone)).date()
@@ -281,7 +293,7 @@ class SessionMemory:
         if not summary:
             summary = state.summary or ""
         summary = summary[: words * 8]  # a runaway model must not undo the budget
-        done = await self.storage.sessions.archive(
+        done = await self._archive(
             state, through, "summarized", summary=summary, summary_tokens=estimate_tokens(summary)
         )
         if done is not None:
@@ -297,7 +309,7 @@ class SessionMemory:
             )
 
     async def _trim(self, state: SessionState, through: int, reason: str) -> None:
-        done = await self.storage.sessions.archive(state, through, "trimmed")
+        done = await self._archive(state, through, "trimmed")
         if done is not None:
             event(
                 log,
@@ -320,6 +332,8 @@ class SessionMemory:
         if keep and target is not None and self.config.memory.flush.enabled and self.config.memory.enabled:
             flush = FlushRequest(target.scope, target.owner, self.today().isoformat())
         _state, done = await self.storage.sessions.reset(key, agent.name, user_id, keep=keep, flush=flush)
+        if done is not None and done.count:
+            self._changed()
         if done is not None and done.flush_id is not None:
             self._wake.set()
 
@@ -382,6 +396,7 @@ class SessionMemory:
             scope = f"{'personal' if job.scope == 'user' else 'channel'}:{job.owner}"
             try:
                 await self.daily_index.index_file(path, scope)
+                self._changed()
             except Exception as exc:  # the file is written; the start-up scan indexes it later
                 event(log, "daily_index_failed", logging.WARNING, error=type(exc).__name__)
         await self.storage.flushes.done(job, f"{len(added)} notes")

@@ -219,7 +219,7 @@ def _escape_like(term: str) -> str:
     return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _search(
+def search_in(
     conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
 ) -> list[ArchiveHit]:
     run = search_fts if conn.dialect.name == "sqlite" else search_like
@@ -270,7 +270,7 @@ class ArchiveStore:
         terms = query_terms(query)
         if not terms:
             return []
-        return await self._db.read(_search, terms, user_id, tuple(session_keys), max(1, min(MAX_LIMIT, limit)))
+        return await self._db.read(search_in, terms, user_id, tuple(session_keys), max(1, min(MAX_LIMIT, limit)))
 
     async def visible(
         self, ids: Sequence[int], *, user_id: str | None = None, session_keys: Sequence[str] = ()

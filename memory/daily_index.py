@@ -107,7 +107,7 @@ def _mtime(conn: Connection, rel: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _search(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
+def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
     if conn.dialect.name != "sqlite":
         like = [daily_chunks.c.content.ilike(f"%{t}%") for t in terms]
         from sqlalchemy import or_
@@ -198,4 +198,4 @@ class DailyIndex:
         terms = query_terms(query)
         if not terms or not scopes:
             return []
-        return await self._db.read(_search, terms, tuple(scopes), max(1, min(limit, 50)))
+        return await self._db.read(search_in, terms, tuple(scopes), max(1, min(limit, 50)))

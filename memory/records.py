@@ -592,7 +592,7 @@ def search_like(
     return [(_record(r), float(r.score)) for r in rows]
 
 
-def _search(
+def search_in(
     conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
 ) -> builtins.list[tuple[MemoryRecord, float]]:
     run = search_fts if conn.dialect.name == "sqlite" else search_like
@@ -768,7 +768,7 @@ class RecordStore:
         if not terms or not (names or include_projects):
             return []
         limit = max(1, min(MAX_SEARCH, limit))
-        return await self._db.read(_search, terms, names, include_projects, limit, _now(now))
+        return await self._db.read(search_in, terms, names, include_projects, limit, _now(now))
 
     async def list(
         self,

@@ -1,0 +1,396 @@
+"""Recall ranking (DESIGN §7): which memories a turn sees, fused from a lexical and a vector leg.
+
+Each candidate's score is
+
+    (vector_weight * cosine + lexical_weight * squashed lexical  +  neighbour_weight * best neighbour)
+        * class prior * recency * speaker
+
+and the pieces are chosen by what measured best on LoCoMo (benchmarks/locomo.py, every number below
+is evidence recall@10 over its categories 1-4, each conversation its own pool):
+
+- Lexical squash: per-query min-max of the lexical leg's positive scores (-bm25) over its top
+  `lexical_pool` hits, so the best lexical hit is 1 and the weakest 0, like a cosine's range. BM25
+  scores are not comparable between queries, so a fixed squash (x / (x + k)) measured 4-6 points
+  lower (0.60-0.61 against 0.655 for min-max, plain 0.7 / 0.3 hybrid).
+- Lexical pool of 20: hits further down a BM25 list of OR-joined terms are mostly one common word;
+  admitting them added noise (0.650 at 200, 0.655 at 50, 0.663 at 20).
+- Neighbours: in a conversation the answer is often a turn or two before or after the one that
+  matches ("Did you go?" / "Yes, last Sunday"). A candidate gains `neighbour_weight` * the best base
+  score among the items right next to it, plus half that weight * the best two steps away
+  (`neighbour_decay`, `neighbour_reach`); the caller says what is next to what (adjacent turns of a
+  thread), and the neighbours of every candidate are candidates too. One step: +5 points
+  (0.655 -> 0.707); the second step a further +1.5.
+- Speaker: a question that names a person is mostly about what that person said; a candidate whose
+  speaker is named in the query is multiplied by 1 + speaker_boost. +2-3 points on top of neighbours.
+- Class prior: durable facts over evidence, archive and daily notes a little lower; traces never.
+- Recency: `floor + (1 - floor) * 0.5 ** (age / half_life)`: a 30-day half-life that never takes an
+  old memory below RECENCY_FLOOR (0.9) of its score. Recency breaks near-ties in favour of what was
+  said lately; it must not bury what was said months ago, which long-term memory exists for. On
+  LoCoMo, where evidence is spread evenly over months, a floor of 0.6 cost 9 points, 0.8 two, 0.9 one.
+- Cosine floor: a candidate whose cosine is below the model's calibrated floor is not about the
+  question and is dropped, whatever its other scores; one without a vector (not embedded yet) is
+  scored on the lexical leg alone (the caller logs the coverage gap); one with neither is dropped.
+
+Tried and dropped (measured, no gain): reciprocal-rank fusion (-5), min-max on cosines too (-1.7),
+a boost for memories dated in a month or day the query names (±0.1), at most N per session (-1 to
+-5), summing both neighbours instead of taking the best (-1).
+
+Pure functions (`fuse`, `select`, `recency`, `squash`) plus `Retriever`, which gathers candidates
+through callables given by the caller (the store's FTS5 search, a vector index, a loader) and so
+stays free of any storage code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from memory.model import MemoryClass
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (kind, id), as memory.vectors names items
+Vector = npt.NDArray[np.float32]
+
+RECENCY_FLOOR = 0.9
+DEFAULT_PRIORS: Mapping[str, float] = MappingProxyType(
+    {
+        MemoryClass.DURABLE_FACT.value: 1.0,
+        MemoryClass.EVIDENCE.value: 0.9,
+        "daily": 0.85,  # a chunk of a daily file: notes, less distilled than a record
+        "archive": 0.8,  # a raw archived message: what was said, not what was kept
+    }
+)
+_NEVER = frozenset({MemoryClass.TRACE.value})  # whatever the priors say
+_WORD = re.compile(r"[^\W_]+")
+_SECONDS_PER_DAY = 86_400.0
+LOG_COOLDOWN_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One searchable item and what each leg said of it (None: that leg did not score it)."""
+
+    kind: str  # record | archive | daily
+    id: str
+    text: str
+    scope: str
+    created_at: datetime
+    memory_class: MemoryClass | None = None  # records only; archive and daily items have none
+    lexical: float | None = None  # positive relevance, higher is better (e.g. -bm25)
+    cosine: float | None = None
+    speaker: str | None = None  # who said it, as people name them (attribution, message author)
+
+    @property
+    def key(self) -> Key:
+        return (self.kind, self.id)
+
+    @property
+    def prior_class(self) -> str:
+        return self.memory_class.value if self.memory_class is not None else self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    candidate: Candidate
+    score: float
+    parts: Mapping[str, float]  # lexical (squashed), vector, neighbour, prior, recency, speaker
+
+
+@dataclass(frozen=True, slots=True)
+class RecallSettings:
+    vector_weight: float = 0.7
+    lexical_weight: float = 0.3
+    neighbour_weight: float = 0.5
+    neighbour_decay: float = 0.5  # the weight of each further step, relative to the one before
+    neighbour_reach: int = 2  # steps along the thread
+    speaker_boost: float = 0.3
+    recency_half_life_days: float = 30.0  # 0: no recency
+    recency_floor: float = RECENCY_FLOOR
+    class_priors: Mapping[str, float] = field(default_factory=lambda: DEFAULT_PRIORS)
+    min_cosine: float | None = None  # None: the model's calibrated floor from the manifest
+    max_chars: int = 2_000  # per turn, for select()
+    k: int = 10
+    lexical_pool: int = 20
+    vector_pool: int = 50
+    query_timeout_ms: float = 1_000.0  # over it: lexical only for the turn
+    max_similar: float = 0.9  # select(): word-set overlap above which a text counts as a repeat
+
+
+# --- pure arithmetic ----------------------------------------------------------------------------
+
+
+def recency(age_days: float, half_life_days: float, floor: float = RECENCY_FLOOR) -> float:
+    """A multiplier in (floor, 1]: 1 for a new memory, halving its distance to `floor` every
+    half-life. Never zero, so an old but relevant memory still competes. Future dates count as new."""
+    if half_life_days <= 0:
+        return 1.0
+    return floor + (1.0 - floor) * 0.5 ** (max(0.0, age_days) / half_life_days)
+
+
+def squash(scores: Mapping[Key, float]) -> dict[Key, float]:
+    """Per-query min-max of positive lexical scores into [0, 1]; a lone (or all-equal) hit gets 1."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    span = high - low
+    return {k: (s - low) / span if span > 0 else 1.0 for k, s in scores.items()}
+
+
+def named_in(query: str, speaker: str | None) -> bool:
+    """Whether every word of `speaker`'s name is a word of `query` (ignoring case)."""
+    if not speaker:
+        return False
+    words = {w.lower() for w in _WORD.findall(query)}
+    name = [w.lower() for w in _WORD.findall(speaker)]
+    return bool(name) and all(w in words for w in name)
+
+
+def fuse(
+    candidates: Iterable[Candidate],
+    settings: RecallSettings,
+    now: datetime,
+    *,
+    min_cosine: float | None = None,
+    neighbours: Mapping[Key, Sequence[Key]] | None = None,
+    query: str = "",
+) -> list[Scored]:
+    """Candidates scored as in the module docstring, best first; ties broken by newer first, then
+    by key, so the same input always gives the same order. `min_cosine` is the resolved floor (None:
+    no floor, as for an uncalibrated model). Traces and candidates without any score are dropped;
+    lexical scores are squashed over the candidates given, so give them all at once."""
+    pool = {c.key: c for c in candidates if c.prior_class not in _NEVER}
+    lexical = squash({k: c.lexical for k, c in pool.items() if c.lexical is not None})
+    total = settings.vector_weight + settings.lexical_weight
+    base: dict[Key, tuple[float, float, float]] = {}  # key: (base score, lexical part, vector part)
+    for k, c in pool.items():
+        lex = lexical.get(k, 0.0)
+        if c.cosine is None:
+            if c.lexical is None:
+                continue  # neither leg scored it
+            base[k] = (total * lex, lex, 0.0)  # coverage gap: the lexical leg alone, at full weight
+        elif min_cosine is not None and c.cosine < min_cosine:
+            continue
+        else:
+            base[k] = (settings.vector_weight * c.cosine + settings.lexical_weight * lex, lex, c.cosine)
+    adjacent = _mutual(neighbours or {})
+    out = []
+    for k, (score, lex, vec) in base.items():
+        c = pool[k]
+        lift = 0.0
+        for step, ring in enumerate(_rings(adjacent, k, settings.neighbour_reach)):
+            near = [base[n][0] for n in ring if n in base]
+            if near:
+                lift += settings.neighbour_weight * settings.neighbour_decay**step * max(near)
+        prior = settings.class_priors.get(c.prior_class, 1.0)
+        age = (now - c.created_at).total_seconds() / _SECONDS_PER_DAY
+        fresh = recency(age, settings.recency_half_life_days, settings.recency_floor)
+        speaker = 1.0 + settings.speaker_boost if query and named_in(query, c.speaker) else 1.0
+        parts = {"lexical": lex, "vector": vec, "neighbour": lift, "prior": prior, "recency": fresh, "speaker": speaker}
+        out.append(Scored(c, (score + lift) * prior * fresh * speaker, MappingProxyType(parts)))
+    out.sort(key=lambda s: (-s.score, -s.candidate.created_at.timestamp(), s.candidate.key))
+    return out
+
+
+def _mutual(neighbours: Mapping[Key, Sequence[Key]]) -> dict[Key, set[Key]]:
+    """Adjacency both ways: a caller may list only the neighbours of some keys (its hits), and the
+    neighbours it added must see those hits too."""
+    out: dict[Key, set[Key]] = {}
+    for k, ns in neighbours.items():
+        for n in ns:
+            if n != k:
+                out.setdefault(k, set()).add(n)
+                out.setdefault(n, set()).add(k)
+    return out
+
+
+def _rings(adjacent: Mapping[Key, set[Key]], key: Key, reach: int) -> list[set[Key]]:
+    """The keys exactly 1, 2, … `reach` steps from `key`."""
+    seen, ring, rings = {key}, {key}, []
+    for _ in range(reach):
+        ring = {n for k in ring for n in adjacent.get(k, ()) if n not in seen}
+        if not ring:
+            break
+        seen |= ring
+        rings.append(ring)
+    return rings
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(text))
+
+
+def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    if not a or not b:
+        return a == b
+    return len(a & b) / len(a | b) >= threshold
+
+
+def select(scored: Sequence[Scored], max_chars: int, k: int = 10, max_similar: float = 0.9) -> list[Scored]:
+    """The best of `scored` (already in order) that fit `max_chars` together, at most `k`; a text
+    whose words overlap an already chosen one by `max_similar` (Jaccard) or more is a repeat and is
+    skipped, so that one fact said five times does not fill the budget. A candidate too long for
+    what is left is skipped and smaller ones further down may still fit."""
+    chosen: list[Scored] = []
+    seen: list[frozenset[str]] = []
+    left = max_chars
+    for s in scored:
+        if len(chosen) >= k:
+            break
+        size = len(s.candidate.text)
+        if size > left:
+            continue
+        words = _words(s.candidate.text)
+        if any(_similar(words, w, max_similar) for w in seen):
+            continue
+        chosen.append(s)
+        seen.append(words)
+        left -= size
+    return chosen
+
+
+def resolve_floor(settings: RecallSettings, calibrated: float | None) -> tuple[float | None, str]:
+    """The cosine floor for this turn and where it came from: `config` (min_cosine set), `manifest`
+    (the model's calibrated value) or `missing_calibration` (neither: no floor, and the caller says so)."""
+    if settings.min_cosine is not None:
+        return settings.min_cosine, "config"
+    if calibrated is not None:
+        return calibrated, "manifest"
+    return None, "missing_calibration"
+
+
+# --- gathering candidates -----------------------------------------------------------------------
+
+LexicalLeg = Callable[[str, int], Awaitable[Sequence[tuple[Candidate, float]]]]
+"""(query, limit) → the best lexical hits as (candidate, positive score), best first."""
+VectorLeg = Callable[[Vector, int, Collection[Key] | None], Awaitable[Sequence[tuple[Key, float]]]]
+"""(unit query vector, limit, only these keys or None) → (key, cosine), best first."""
+Loader = Callable[[Sequence[Key]], Awaitable[Mapping[Key, Candidate]]]
+"""Keys → their candidates (text and metadata, no scores); keys no longer searchable are left out."""
+NeighbourLookup = Callable[[Sequence[Key]], Awaitable[Mapping[Key, Sequence[Key]]]]
+"""Keys → the searchable items right before and after each in its thread."""
+QueryEmbedder = Callable[[str], Awaitable[Vector]]
+
+
+@dataclass(slots=True)
+class Cooldown:
+    """Logs an event at most once per LOG_COOLDOWN_S, so a degraded turn loop does not flood. One is
+    shared by every Retriever (one is built per turn) unless a caller gives its own."""
+
+    last: dict[str, float] = field(default_factory=dict)
+
+    def ready(self, event: str) -> bool:
+        now = time.monotonic()
+        if now - self.last.get(event, -math.inf) < LOG_COOLDOWN_S:
+            return False
+        self.last[event] = now
+        return True
+
+
+_SHARED_COOLDOWN = Cooldown()
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    ranked: list[Scored]
+    floor: float | None
+    floor_source: str
+    vector_degraded: bool
+    coverage_gap: int  # candidates scored without a vector
+    ms: float
+
+
+class Retriever:
+    """One turn's recall: both legs, neighbours, fusion. The callables decide what is searchable
+    (scope and policy filters belong in them); this decides the order."""
+
+    def __init__(
+        self,
+        settings: RecallSettings,
+        lexical: LexicalLeg,
+        load: Loader,
+        *,
+        vector: VectorLeg | None = None,
+        embed_query: QueryEmbedder | None = None,
+        neighbours: NeighbourLookup | None = None,
+        calibrated_floor: float | None = None,
+        cooldown: Cooldown | None = None,
+    ) -> None:
+        self.settings = settings
+        self._lexical = lexical
+        self._load = load
+        self._vector = vector
+        self._embed = embed_query
+        self._neighbours = neighbours
+        self.floor, self.floor_source = resolve_floor(settings, calibrated_floor)
+        self._cooldown = cooldown or _SHARED_COOLDOWN
+        missing = self.floor_source == "missing_calibration" and vector is not None
+        if missing and self._cooldown.ready("memory_recall_missing_calibration"):
+            log.warning("memory_recall_missing_calibration floor=none")
+
+    async def recall(self, query: str, now: datetime) -> Recall:
+        t0 = time.perf_counter()
+        s = self.settings
+        qvec = await self._query_vector(query)
+        hits = await self._lexical(query, s.lexical_pool)
+        pool: dict[Key, Candidate] = {c.key: replace(c, lexical=score) for c, score in hits}
+        cosines: dict[Key, float] = {}
+        if qvec is not None and self._vector is not None:
+            cosines.update(await self._vector(qvec, s.vector_pool, None))
+        wanted = list(dict.fromkeys([*pool, *cosines]))
+        adjacent: dict[Key, Sequence[Key]] = {}
+        if self._neighbours is not None and s.neighbour_weight > 0:
+            frontier = wanted
+            for _ in range(s.neighbour_reach):  # one step further along the thread each time
+                found = await self._neighbours(frontier)
+                adjacent.update(found)
+                known = set(wanted)
+                frontier = list(dict.fromkeys(n for ns in found.values() for n in ns if n not in known))
+                wanted += frontier
+        if qvec is not None and self._vector is not None:
+            unscored = [k for k in wanted if k not in cosines]
+            if unscored:  # lexical hits and neighbours the vector leg's top did not reach
+                cosines.update(await self._vector(qvec, len(unscored), unscored))
+        missing = [k for k in wanted if k not in pool]
+        if missing:
+            pool.update(await self._load(missing))
+        candidates = [replace(c, cosine=cosines.get(k)) for k, c in pool.items()]
+        gap = 0 if qvec is None else sum(1 for c in candidates if c.cosine is None)
+        if gap and self._cooldown.ready("memory_recall_coverage_gap"):
+            log.warning("memory_recall_coverage_gap candidates=%d without_vector=%d", len(candidates), gap)
+        ranked = fuse(candidates, s, now, min_cosine=self.floor, neighbours=adjacent, query=query)
+        ms = (time.perf_counter() - t0) * 1000
+        return Recall(ranked, self.floor, self.floor_source, qvec is None and self._embed is not None, gap, ms)
+
+    async def _query_vector(self, query: str) -> Vector | None:
+        if self._embed is None or self._vector is None:
+            return None
+        try:
+            return await asyncio.wait_for(self._embed(query), self.settings.query_timeout_ms / 1000)
+        except Exception as exc:  # a timeout or any failure: this turn goes lexical-only, said once
+            if self._cooldown.ready("memory_recall_vector_degraded"):
+                log.warning("memory_recall_vector_degraded reason=%s", type(exc).__name__)
+            return None
+
+
+def describe(recall: Recall) -> dict[str, Any]:
+    """The turn's recall as log context (memory_retrieval_final)."""
+    return {
+        "count": len(recall.ranked),
+        "floor": recall.floor,
+        "floor_source": recall.floor_source,
+        "vector_degraded": recall.vector_degraded,
+        "coverage_gap": recall.coverage_gap,
+        "ms": round(recall.ms, 2),
+    }

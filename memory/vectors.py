@@ -1,0 +1,523 @@
+"""Embeddings of searchable items, stored per model (DESIGN §7), and an exact in-memory index.
+
+Items are long-term records (`record`: active, unexpired, not trace; id mem-…), archived user and
+assistant messages of sessions that may be searched (`archive`: the message id as text) and
+daily-file chunks (`daily`: the chunk id as text). An item's text is its `content`, exactly: the
+vector stored for it carries the hash of the text that was embedded, so a changed text shows up as
+missing again and is re-embedded.
+
+`VectorStore.upsert` checks each vector against the item's current text in the same transaction and
+skips it when the item changed or left the searchable set since it was read (edited, forgotten,
+re-chunked): a vector in the table always describes text that was searchable when it was written.
+Vectors of items that stopped being searchable are removed by `delete` (the writer knows) or
+`prune` (a sweep), so nothing derived from a forgotten text outlives it.
+
+Finding changed texts without hashing every row on every call: archived messages never change (ids
+are never reused, archived rows never updated), records change only with a newer `updated_at`, and
+daily chunks are few; only those candidates are hashed.
+
+`VectorIndex` keeps one model's vectors in a contiguous float32 matrix and answers exact top-k by
+cosine with one matrix-vector product: 100k x 384 floats are ~150 MB and a few milliseconds per search,
+without an ANN index to build, tune or keep in sync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import ColumnElement, String, and_, case, cast, delete, exists, false, func, insert, or_, select, true
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import Select
+
+from memory.db import Database
+from memory.model import MemoryClass, RecordStatus
+from memory.schema import archived_messages, daily_chunks, memory_records, memory_vectors, sessions
+
+log = logging.getLogger(__name__)
+
+ItemKind = Literal["record", "archive", "daily"]
+KINDS: tuple[ItemKind, ...] = get_args(ItemKind)
+ItemKey = tuple[str, str]  # (kind, item id)
+Allow = Callable[[str, str], bool] | Collection[ItemKey] | None
+Vector = npt.NDArray[np.float32]
+
+_PAGE = 1000  # rows per read when scanning for missing vectors or loading an index
+_CHUNK = 500  # ids per IN (...)
+_SEARCHED_ROLES = ("user", "assistant")
+
+
+def text_hash(text: str) -> str:
+    """16 hex characters (64 bits of blake2b): tells whether the embedded text is still current."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def to_blob(vector: npt.ArrayLike) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes, dim: int) -> Vector:
+    vec = np.frombuffer(blob, dtype="<f4")
+    if vec.shape != (dim,):
+        raise ValueError(f"a stored vector of {vec.size} floats, expected {dim}")
+    return vec.astype(np.float32, copy=False)
+
+
+_KIND_OF: dict[str, ItemKind] = {k: k for k in KINDS}
+
+
+def _kind(kind: str) -> ItemKind:
+    try:
+        return _KIND_OF[kind]
+    except KeyError:
+        raise ValueError(f"unknown item kind {kind!r}: one of {', '.join(KINDS)}") from None
+
+
+# --- what each kind's searchable items are -----------------------------------------------------
+
+
+def _source(kind: ItemKind, now: datetime) -> tuple[ColumnElement[Any], ColumnElement[Any], list[Any], Any]:
+    """(item id as text, sort key, where-clauses, from-clause) of the searchable items of `kind`."""
+    if kind == "record":
+        r = memory_records.c
+        where = [
+            r.status == RecordStatus.ACTIVE.value,
+            r.memory_class != MemoryClass.TRACE.value,
+            r.content != "",
+            or_(r.expires_at.is_(None), r.expires_at > now),
+        ]
+        return r.id, r.id, where, memory_records
+    if kind == "archive":
+        a = archived_messages.c
+        where = [
+            a.role.in_(_SEARCHED_ROLES),
+            sessions.c.memory_excluded.is_(false()),  # never searched: nothing derived from them either
+            sessions.c.audience != "public",
+        ]
+        joined = archived_messages.join(sessions, sessions.c.id == a.session_id)
+        return cast(a.id, String), a.id, where, joined
+    return cast(daily_chunks.c.id, String), daily_chunks.c.id, [], daily_chunks
+
+
+def _content(kind: ItemKind) -> ColumnElement[str]:
+    return {"record": memory_records.c.content, "archive": archived_messages.c.content}.get(
+        kind, daily_chunks.c.content
+    )
+
+
+def _key_value(kind: ItemKind, item_id: str) -> str | int:
+    """An item id as its table's key: archive messages and daily chunks have integer ids."""
+    return item_id if kind == "record" else int(item_id)
+
+
+def _after(kind: ItemKind, key: ColumnElement[Any], after: str | None) -> list[ColumnElement[bool]]:
+    return [] if after is None else [key > _key_value(kind, after)]
+
+
+def _vector_of(kind: ItemKind, item_id: ColumnElement[Any], model_id: str) -> ColumnElement[bool]:
+    v = memory_vectors.c
+    return and_(v.item_kind == kind, v.item_id == item_id, v.model_id == model_id)
+
+
+def _maybe_changed(kind: ItemKind) -> ColumnElement[bool]:
+    """Rows with a vector whose text may have changed since (see the module docstring)."""
+    if kind == "record":
+        return memory_records.c.updated_at > memory_vectors.c.created_at
+    if kind == "daily":
+        return true()
+    return false()
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+def _missing(
+    conn: Connection, kind: ItemKind, model_id: str, limit: int, after: str | None, force: bool, now: datetime
+) -> list[tuple[str, str]]:
+    item_id, key, where, frm = _source(kind, now)
+    content = _content(kind)
+    v = memory_vectors.c
+    found: list[tuple[str, str]] = []
+    cursor = after
+    while len(found) < limit:
+        stmt: Select[Any] = select(item_id.label("item_id"), key.label("key"), content.label("content"), v.text_hash)
+        stmt = stmt.select_from(frm.outerjoin(memory_vectors, _vector_of(kind, item_id, model_id)))
+        stmt = stmt.where(*where, *_after(kind, key, cursor))
+        if not force:
+            stmt = stmt.where(or_(v.item_id.is_(None), _maybe_changed(kind)))
+        rows = conn.execute(stmt.order_by(key).limit(_PAGE)).all()
+        for row in rows:
+            if force or row.text_hash is None or row.text_hash != text_hash(row.content):
+                found.append((row.item_id, row.content))
+                if len(found) == limit:
+                    break
+        if len(rows) < _PAGE:
+            break
+        cursor = str(rows[-1].key)
+    return found
+
+
+def _current_hashes(conn: Connection, kind: ItemKind, ids: Sequence[str], now: datetime) -> dict[str, str]:
+    """The text hash of each of `ids` that is still searchable."""
+    item_id, key, where, frm = _source(kind, now)
+    keys = [_key_value(kind, i) for i in ids if kind == "record" or i.isdigit()]
+    hashes: dict[str, str] = {}
+    for start in range(0, len(keys), _CHUNK):
+        part = keys[start : start + _CHUNK]
+        rows = conn.execute(  # by the key column, so the primary key index serves the lookup
+            select(item_id.label("item_id"), _content(kind).label("content"))
+            .select_from(frm)
+            .where(*where, key.in_(part))
+        ).all()
+        hashes.update((row.item_id, text_hash(row.content)) for row in rows)
+    return hashes
+
+
+def _upsert(
+    conn: Connection, kind: ItemKind, rows: list[tuple[str, str, bytes, int]], model_id: str, now: datetime
+) -> int:
+    current = _current_hashes(conn, kind, [r[0] for r in rows], now)
+    fresh = [r for r in rows if current.get(r[0]) == r[1]]
+    ids = [r[0] for r in fresh]
+    v = memory_vectors.c
+    for start in range(0, len(ids), _CHUNK):
+        conn.execute(
+            delete(memory_vectors).where(
+                v.item_kind == kind, v.model_id == model_id, v.item_id.in_(ids[start : start + _CHUNK])
+            )
+        )
+    if fresh:
+        conn.execute(
+            insert(memory_vectors),
+            [
+                {
+                    "item_kind": kind,
+                    "item_id": item_id,
+                    "model_id": model_id,
+                    "dim": dim,
+                    "vector": blob,
+                    "text_hash": digest,
+                    "created_at": now,
+                }
+                for item_id, digest, blob, dim in fresh
+            ],
+        )
+    return len(fresh)
+
+
+def _delete(conn: Connection, kind: ItemKind, ids: Sequence[str]) -> int:
+    gone = 0
+    for start in range(0, len(ids), _CHUNK):
+        part = list(ids[start : start + _CHUNK])
+        where = and_(memory_vectors.c.item_kind == kind, memory_vectors.c.item_id.in_(part))
+        gone += int(conn.execute(delete(memory_vectors).where(where)).rowcount)
+    return gone
+
+
+def _prune(conn: Connection, now: datetime) -> int:
+    gone = 0
+    for kind in KINDS:
+        item_id, _key, where, frm = _source(kind, now)
+        searchable = select(item_id).select_from(frm).where(*where)
+        stmt = delete(memory_vectors).where(
+            memory_vectors.c.item_kind == kind, memory_vectors.c.item_id.not_in(searchable)
+        )
+        gone += int(conn.execute(stmt).rowcount)
+    return gone
+
+
+def _coverage(conn: Connection, model_id: str, now: datetime) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for kind in KINDS:
+        item_id, _key, where, frm = _source(kind, now)
+        has_vector = exists().where(_vector_of(kind, item_id, model_id))
+        total, covered = conn.execute(
+            select(func.count(), func.coalesce(func.sum(case((has_vector, 1), else_=0)), 0))
+            .select_from(frm)
+            .where(*where)
+        ).one()
+        out[kind] = (int(covered), int(total))
+    return out
+
+
+def _models(conn: Connection) -> dict[str, int]:
+    v = memory_vectors.c
+    rows = conn.execute(select(v.model_id, func.count()).group_by(v.model_id)).all()
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def _vectors(conn: Connection, model_id: str, after: ItemKey | None, limit: int) -> list[tuple[str, str, bytes, int]]:
+    # One kind at a time, so that the primary key (item_kind, item_id, model_id) serves both the
+    # range and the order; an OR over kinds made SQLite sort every vector of the model per page.
+    v = memory_vectors.c
+    out: list[tuple[str, str, bytes, int]] = []
+    for kind in sorted(KINDS):
+        if after is not None and kind < after[0]:
+            continue
+        stmt = select(v.item_kind, v.item_id, v.vector, v.dim).where(v.item_kind == kind, v.model_id == model_id)
+        if after is not None and kind == after[0]:
+            stmt = stmt.where(v.item_id > after[1])
+        rows = conn.execute(stmt.order_by(v.item_id).limit(limit - len(out))).all()
+        out += [(r.item_kind, r.item_id, r.vector, r.dim) for r in rows]
+        if len(out) >= limit:
+            break
+    return out
+
+
+class VectorStore:
+    """Vectors on the database; every method is one transaction (upsert: one per call)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def upsert(
+        self, kind: str, items: Sequence[tuple[str, str, npt.ArrayLike]], model_id: str, *, now: datetime | None = None
+    ) -> int:
+        """Store (item id, text hash, vector) for `model_id`, replacing older vectors of those items.
+        An item whose current text no longer has that hash, or that is no longer searchable, is
+        skipped (it will show up in `missing` again). How many were stored."""
+        k = _kind(kind)
+        rows = []
+        for item_id, digest, vector in items:
+            vec = np.asarray(vector, dtype=np.float32)
+            if vec.ndim != 1:
+                raise ValueError(f"{kind} {item_id}: a vector must be 1-D, got shape {vec.shape}")
+            rows.append((str(item_id), digest, to_blob(vec), int(vec.shape[0])))
+        if not rows:
+            return 0
+        stored = await self._db.write(_upsert, k, rows, model_id, now or datetime.now(UTC))
+        if stored < len(rows):
+            log.info("memory_vectors_stale kind=%s model=%s skipped=%d", kind, model_id, len(rows) - stored)
+        return stored
+
+    async def delete(self, kind: str, ids: Iterable[str]) -> int:
+        """Remove the vectors of these items, for every model. How many rows went."""
+        ids = [str(i) for i in ids]
+        return await self._db.write(_delete, _kind(kind), ids) if ids else 0
+
+    async def missing(
+        self, kind: str, model_id: str, limit: int, *, after: str | None = None, now: datetime | None = None
+    ) -> list[tuple[str, str]]:
+        """Up to `limit` searchable items of `kind` as (item id, text) without a current vector for
+        `model_id` (none yet, or one of an older text), in id order. `after`: continue past this
+        item id (a backfill passes the last id it got, so a pass over everything reads each row
+        once)."""
+        if limit < 1:
+            return []
+        return await self._db.read(_missing, _kind(kind), model_id, limit, after, False, now or datetime.now(UTC))
+
+    async def items(
+        self, kind: str, limit: int, *, after: str | None = None, now: datetime | None = None
+    ) -> list[tuple[str, str]]:
+        """Every searchable item of `kind` as (item id, text), in id order, a page at a time (for a
+        forced re-embedding)."""
+        if limit < 1:
+            return []
+        return await self._db.read(_missing, _kind(kind), "", limit, after, True, now or datetime.now(UTC))
+
+    async def coverage(self, model_id: str, *, now: datetime | None = None) -> dict[str, tuple[int, int]]:
+        """Per kind: (searchable items with a vector for `model_id`, searchable items)."""
+        return await self._db.read(_coverage, model_id, now or datetime.now(UTC))
+
+    async def models(self) -> dict[str, int]:
+        """How many vectors each model id has stored."""
+        return await self._db.read(_models)
+
+    async def prune(self, *, now: datetime | None = None) -> int:
+        """Delete vectors (of every model) whose item is gone or no longer searchable. How many."""
+        return await self._db.write(_prune, now or datetime.now(UTC))
+
+    async def vectors(
+        self, model_id: str, *, after: ItemKey | None = None, limit: int = _PAGE
+    ) -> list[tuple[str, str, Vector]]:
+        """Stored vectors of `model_id` as (kind, item id, vector), ordered by (kind, id), a page at a time."""
+        rows = await self._db.read(_vectors, model_id, after, limit)
+        return [(kind, item_id, from_blob(blob, dim)) for kind, item_id, blob, dim in rows]
+
+
+# --- the in-memory index ------------------------------------------------------------------------
+
+
+def _lazy_is_cheaper(allowed: int, n: int, k: int) -> bool:
+    """Whether ranking everything and asking candidates for membership beats scoring the allowed
+    rows alone. Costs in units of about 0.1 us measured here: a key lookup with its row 6, a row of
+    the full product 1.1, a membership question 5, about k·n/allowed of them (the allowed share)."""
+    return allowed * 6 > n * 1.1 + 5 * k * n / allowed
+
+
+class VectorIndex:
+    """Exact cosine search over one model's unit vectors, in memory.
+
+    Rows live in one float32 matrix whose capacity doubles when full (adding is amortized O(dim));
+    removing moves the last row into the hole, so rows [0, len) are always dense and a search is one
+    matrix-vector product over them. Not thread-safe: one event loop owns it."""
+
+    def __init__(self, model_id: str, dim: int | None = None, capacity: int = 1024) -> None:
+        self.model_id = model_id
+        self.dim = dim
+        self._capacity = max(1, capacity)
+        self._matrix: Vector | None = None if dim is None else np.empty((self._capacity, dim), dtype=np.float32)
+        self._keys: list[ItemKey] = []
+        self._slots: dict[ItemKey, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slots
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self._matrix is None else self._matrix.shape[0]
+
+    def add(self, kind: str, item_id: str, vector: npt.ArrayLike) -> None:
+        """Add or replace the vector of (kind, item_id)."""
+        vec = np.asarray(vector, dtype=np.float32)
+        if vec.ndim != 1:
+            raise ValueError(f"a vector must be 1-D, got shape {vec.shape}")
+        if self.dim is None:
+            self.dim = int(vec.shape[0])
+        if vec.shape[0] != self.dim:
+            raise ValueError(f"{self.model_id}: a {vec.shape[0]}-dimensional vector in a {self.dim}-dimensional index")
+        key = (kind, str(item_id))
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = len(self._keys)
+            self._reserve(slot + 1)
+            self._keys.append(key)
+            self._slots[key] = slot
+        assert self._matrix is not None
+        self._matrix[slot] = vec
+
+    def add_many(self, items: Sequence[tuple[str, str, npt.ArrayLike]]) -> None:
+        """add() for many (kind, item id, vector) at once: one copy into the matrix."""
+        if not items:
+            return
+        block = np.asarray(np.stack([np.asarray(vec, dtype=np.float32) for _, _, vec in items]), dtype=np.float32)
+        if block.ndim != 2:
+            raise ValueError(f"vectors must be 1-D, got a block of shape {block.shape}")
+        if self.dim is None:
+            self.dim = int(block.shape[1])
+        if block.shape[1] != self.dim:
+            raise ValueError(f"{self.model_id}: {block.shape[1]}-dimensional vectors in a {self.dim}-dimensional index")
+        self._reserve(len(self._keys) + len(items))
+        assert self._matrix is not None
+        slots = np.empty(len(items), dtype=np.intp)
+        for i, (kind, item_id, _) in enumerate(items):
+            key = (kind, str(item_id))
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = len(self._keys)
+                self._keys.append(key)
+            slots[i] = slot
+        self._matrix[slots] = block  # a key given twice: its last vector wins, as with add()
+
+    def remove(self, kind: str, item_id: str) -> bool:
+        """Forget (kind, item_id); False when it was not there."""
+        key = (kind, str(item_id))
+        slot = self._slots.pop(key, None)
+        if slot is None:
+            return False
+        last = len(self._keys) - 1
+        if slot != last:
+            assert self._matrix is not None
+            moved = self._keys[last]
+            self._matrix[slot] = self._matrix[last]
+            self._keys[slot] = moved
+            self._slots[moved] = slot
+        self._keys.pop()
+        return True
+
+    def search(self, query: npt.ArrayLike, k: int, allow: Allow = None) -> list[tuple[str, str, float]]:
+        """The `k` items most similar to `query` (a unit vector) as (kind, item id, cosine), best
+        first, exact. `allow` restricts the ranking to some items, before the top-k: a collection
+        of (kind, id) keys, or a predicate `allow(kind, id)`; None: everything.
+
+        A small allowed set is scored on its own rows. For a large one, looking every key up (about
+        0.5 us each: 25 ms for 50k keys) would cost more than the search, so membership is checked
+        on candidates in score order instead, as for a predicate: the best first, from a pool that
+        widens until k pass. Same result either way; each candidate is asked at most once."""
+        n = len(self._keys)
+        if k < 1 or n == 0:
+            return []
+        assert self._matrix is not None
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise ValueError(f"{self.model_id}: a {q.shape[0]}-dimensional query in a {self.dim}-dimensional index")
+        if allow is None:
+            return self._top(self._matrix[:n] @ q, np.arange(n), k)
+        if callable(allow):
+            predicate = allow
+            return self._top_filtered(self._matrix[:n] @ q, k, lambda key: predicate(*key))
+        size = len(allow)
+        if size == 0:
+            return []
+        if _lazy_is_cheaper(size, n, k):
+            return self._top_filtered(self._matrix[:n] @ q, k, allow.__contains__)
+        slots = np.fromiter((s for s in map(self._slots.get, allow) if s is not None), dtype=np.intp)
+        if slots.size == 0:
+            return []
+        slots.sort()  # reading the rows in memory order is faster
+        return self._top(self._matrix[slots] @ q, slots, k)
+
+    def _top(
+        self, scores: npt.NDArray[np.float32], slots: npt.NDArray[np.intp], k: int
+    ) -> list[tuple[str, str, float]]:
+        k = min(k, scores.shape[0])
+        part = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(scores.shape[0])
+        order = part[np.lexsort((slots[part], -scores[part]))]  # best first; ties in insertion order
+        return [(*self._keys[slots[i]], float(scores[i])) for i in order]
+
+    def _top_filtered(
+        self, scores: npt.NDArray[np.float32], k: int, accept: Callable[[ItemKey], bool]
+    ) -> list[tuple[str, str, float]]:
+        """Top-k of the items `accept` takes: candidates in score order from a pool that widens
+        (4 times each round) until k pass or every item was asked; each item is asked once."""
+        n = scores.shape[0]
+        pool = min(n, max(4 * k, 64))
+        verdicts: dict[int, bool] = {}
+        while True:
+            part = np.argpartition(-scores, pool - 1)[:pool] if pool < n else np.arange(n)
+            order = part[np.lexsort((part, -scores[part]))]  # best first; ties in insertion order
+            found = []
+            for slot in order.tolist():
+                key = self._keys[slot]
+                ok = verdicts.get(slot)
+                if ok is None:
+                    ok = verdicts[slot] = bool(accept(key))
+                if ok:
+                    found.append((*key, float(scores[slot])))
+                    if len(found) == k:
+                        return found
+            if pool >= n:
+                return found
+            pool = min(n, pool * 4)
+
+    def _reserve(self, size: int) -> None:
+        assert self.dim is not None
+        if self._matrix is None:
+            self._matrix = np.empty((max(self._capacity, size), self.dim), dtype=np.float32)
+            return
+        if size <= self._matrix.shape[0]:
+            return
+        grown = np.empty((max(size, 2 * self._matrix.shape[0]), self.dim), dtype=np.float32)
+        grown[: len(self._keys)] = self._matrix[: len(self._keys)]
+        self._matrix = grown
+
+    async def load(self, store: VectorStore, model_id: str | None = None, *, page: int = 5000) -> int:
+        """Add every vector `store` holds for this index's model (or `model_id`). How many."""
+        model = model_id or self.model_id
+        after: ItemKey | None = None
+        count = 0
+        while True:
+            rows = await store.vectors(model, after=after, limit=page)
+            self.add_many(rows)
+            count += len(rows)
+            if len(rows) < page:
+                return count
+            after = (rows[-1][0], rows[-1][1])

@@ -1,0 +1,398 @@
+"""Recall's ranking (memory/recall.py): fusion and floor arithmetic on hand-computed tables, recency,
+class priors, neighbours, the coverage gap and degraded paths, budget selection, determinism."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory.model import MemoryClass
+from memory.recall import (
+    RECENCY_FLOOR,
+    Candidate,
+    Cooldown,
+    Key,
+    RecallSettings,
+    Retriever,
+    Scored,
+    Vector,
+    fuse,
+    named_in,
+    recency,
+    resolve_floor,
+    select,
+    squash,
+)
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+# Fusion alone: no neighbours, no speaker, no recency, every class weighed 1.
+BARE = RecallSettings(
+    neighbour_weight=0.0,
+    speaker_boost=0.0,
+    recency_half_life_days=0.0,
+    class_priors={"durable_fact": 1.0, "evidence": 1.0, "archive": 1.0, "daily": 1.0},
+)
+
+
+def cand(
+    name: str,
+    lexical: float | None = None,
+    cosine: float | None = None,
+    *,
+    cls: MemoryClass | None = MemoryClass.DURABLE_FACT,
+    kind: str = "record",
+    age_days: float = 0.0,
+    text: str | None = None,
+    speaker: str | None = None,
+) -> Candidate:
+    return Candidate(
+        kind,
+        name,
+        text if text is not None else f"memory {name}",
+        "personal:alice",
+        NOW - timedelta(days=age_days),
+        cls,
+        lexical,
+        cosine,
+        speaker,
+    )
+
+
+def scores(ranked: Sequence[Scored]) -> dict[str, float]:
+    return {s.candidate.id: round(s.score, 6) for s in ranked}
+
+
+def order(ranked: Sequence[Scored]) -> list[str]:
+    return [s.candidate.id for s in ranked]
+
+
+# --- fusion and floor ---------------------------------------------------------------------------
+
+
+def test_fusion_table() -> None:
+    # lexical 10 / 6 / 2 squash by min-max to 1 / 0.5 / 0; D has no lexical hit (0).
+    ranked = fuse([cand("a", 10, 0.5), cand("b", 6, 0.8), cand("c", 2, 0.3), cand("d", None, 0.4)], BARE, NOW)
+    assert scores(ranked) == {"b": 0.71, "a": 0.65, "d": 0.28, "c": 0.21}  # 0.7 * cos + 0.3 * lexical
+    assert order(ranked) == ["b", "a", "d", "c"]
+    assert ranked[0].parts["lexical"] == 0.5 and ranked[0].parts["vector"] == 0.8
+
+
+def test_weights_are_settings() -> None:
+    ranked = fuse([cand("a", 10, 0.5), cand("b", 6, 0.8)], replace(BARE, vector_weight=0.5, lexical_weight=0.5), NOW)
+    assert scores(ranked) == {"a": 0.75, "b": 0.4}  # a: .25 + .5; b: .4 + 0 (b is the weakest lexical hit)
+
+
+@pytest.mark.parametrize(
+    ("floor", "kept"),
+    [
+        (None, ["b", "a", "d", "c"]),  # no floor (uncalibrated model)
+        (0.3, ["b", "a", "d", "c"]),  # at the floor is kept
+        (0.35, ["b", "a", "d"]),
+        (0.45, ["b", "a"]),
+        (0.9, []),  # a strong lexical hit does not save a candidate under the floor
+    ],
+)
+def test_cosine_floor_drops_whatever_the_lexical_score(floor: float | None, kept: list[str]) -> None:
+    items = [cand("a", 10, 0.5), cand("b", 6, 0.8), cand("c", 2, 0.3), cand("d", None, 0.4)]
+    assert order(fuse(items, BARE, NOW, min_cosine=floor)) == kept
+
+
+def test_squash_is_min_max_and_a_lone_hit_is_one() -> None:
+    a, b, c = ("record", "a"), ("record", "b"), ("record", "c")
+    assert squash({a: 10.0, b: 6.0, c: 2.0}) == {a: 1.0, b: 0.5, c: 0.0}
+    assert squash({a: 3.2}) == {a: 1.0}
+    assert squash({a: 2.0, b: 2.0}) == {a: 1.0, b: 1.0}
+    assert squash({}) == {}
+
+
+def test_coverage_gap_scores_the_lexical_leg_alone_at_full_weight() -> None:
+    # "e" has no vector yet: lexical 1.0 * (0.7 + 0.3); the floor does not apply to it.
+    ranked = fuse([cand("a", 10, 0.5), cand("c", 2, 0.9), cand("e", 6, None)], BARE, NOW, min_cosine=0.6)
+    assert scores(ranked) == {"c": 0.63, "e": 0.5}  # a is under the floor; e: (6-2)/(10-2) = 0.5
+    assert ranked[1].parts["vector"] == 0.0
+
+
+def test_a_candidate_neither_leg_scored_is_dropped() -> None:
+    assert fuse([cand("x")], BARE, NOW) == []
+
+
+# --- recency ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("age", "half_life", "floor", "expected"),
+    [
+        (0, 30, 0.9, 1.0),
+        (30, 30, 0.9, 0.95),  # halfway to the floor after one half-life
+        (60, 30, 0.9, 0.925),
+        (30, 30, 0.5, 0.75),
+        (-5, 30, 0.9, 1.0),  # a future date counts as new
+        (1000, 0, 0.9, 1.0),  # half-life 0: no recency
+    ],
+)
+def test_recency_table(age: float, half_life: float, floor: float, expected: float) -> None:
+    assert recency(age, half_life, floor) == pytest.approx(expected)
+
+
+@given(age=st.floats(min_value=0, max_value=1e9), half_life=st.floats(min_value=0.01, max_value=1e4))
+def test_recency_never_zeroes_an_old_memory(age: float, half_life: float) -> None:
+    assert RECENCY_FLOOR <= recency(age, half_life) <= 1.0
+    assert recency(age, half_life) > 0
+
+
+def test_recency_orders_equal_memories_newest_first_but_keeps_old_ones() -> None:
+    settings = replace(BARE, recency_half_life_days=30.0, recency_floor=0.5)
+    ranked = fuse([cand("old", None, 0.8, age_days=3650), cand("new", None, 0.8)], settings, NOW)
+    assert scores(ranked) == {"new": 0.56, "old": 0.28}  # 0.56 * (0.5 + 0.5 * 0.5 ** 121.7) = 0.28
+
+
+# --- class priors -------------------------------------------------------------------------------
+
+
+def test_class_priors_rank_durable_facts_over_evidence_and_never_traces() -> None:
+    items = [
+        cand("fact", None, 0.5),
+        cand("evidence", None, 0.5, cls=MemoryClass.EVIDENCE),
+        cand("trace", 10, 0.99, cls=MemoryClass.TRACE),
+        cand("note", None, 0.5, cls=None, kind="daily"),
+        cand("said", None, 0.5, cls=None, kind="archive"),
+    ]
+    ranked = fuse(items, replace(BARE, class_priors=RecallSettings().class_priors), NOW)
+    assert scores(ranked) == {"fact": 0.35, "evidence": 0.315, "note": 0.2975, "said": 0.28}
+
+
+def test_a_trace_is_excluded_whatever_its_prior() -> None:
+    settings = replace(BARE, class_priors={"trace": 5.0, "durable_fact": 1.0})
+    assert order(fuse([cand("t", 9, 0.9, cls=MemoryClass.TRACE)], settings, NOW)) == []
+
+
+# --- neighbours and speaker ---------------------------------------------------------------------
+
+
+def test_neighbours_lift_by_the_best_at_each_step() -> None:
+    # A thread a - b - c - d; only the caller's view of b's neighbours is given: adjacency is mutual.
+    items = [cand("a", None, 0.2, age_days=4), cand("b", None, 0.6, age_days=3), cand("c", None, 0.2, age_days=2)]
+    items.append(cand("d", None, 0.2, age_days=1))
+    a, b, c, d = (("record", n) for n in "abcd")
+    settings = replace(BARE, neighbour_weight=0.5, neighbour_decay=0.5, neighbour_reach=2)
+    ranked = fuse(items, settings, NOW, neighbours={b: [a, c], c: [d]})
+    # base 0.14 / 0.42 / 0.14 / 0.14; + 0.5 * best one step away + 0.25 * best two steps away
+    assert scores(ranked) == {"b": 0.525, "c": 0.385, "a": 0.385, "d": 0.315}
+    assert order(ranked) == ["b", "c", "a", "d"]  # c and a tie: the newer first
+    assert ranked[0].parts["neighbour"] == pytest.approx(0.105)
+    one_step = fuse(items, replace(settings, neighbour_reach=1), NOW, neighbours={b: [a, c], c: [d]})
+    assert scores(one_step) == {"b": 0.49, "c": 0.35, "a": 0.35, "d": 0.21}
+
+
+def test_a_speaker_named_in_the_query_is_boosted() -> None:
+    items = [cand("hers", None, 0.5, speaker="Caroline"), cand("his", None, 0.6, speaker="Jon Smith")]
+    settings = replace(BARE, speaker_boost=0.3)
+    assert scores(fuse(items, settings, NOW, query="What did Caroline paint?")) == {"hers": 0.455, "his": 0.42}
+    assert scores(fuse(items, settings, NOW, query="what did jon smith say")) == {"his": 0.546, "hers": 0.35}
+    assert scores(fuse(items, settings, NOW, query="What did Jon paint?")) == {"his": 0.42, "hers": 0.35}
+
+
+@pytest.mark.parametrize(
+    ("query", "speaker", "named"),
+    [
+        ("When did Caroline go?", "Caroline", True),
+        ("When did caroline's friend go?", "Caroline", True),
+        ("When did Carol go?", "Caroline", False),
+        ("Where is Jon?", "Jon Smith", False),
+        ("Anything", None, False),
+        ("Anything", "", False),
+    ],
+)
+def test_named_in(query: str, speaker: str | None, named: bool) -> None:
+    assert named_in(query, speaker) is named
+
+
+# --- determinism --------------------------------------------------------------------------------
+
+
+def test_ties_break_newest_first_then_by_key_whatever_the_input_order() -> None:
+    items = [cand("b", None, 0.5, age_days=1), cand("a", None, 0.5, age_days=1), cand("c", None, 0.5)]
+    items.append(cand("z", None, 0.5, kind="archive", cls=None, age_days=1))
+    settings = replace(BARE, class_priors={"durable_fact": 1.0, "archive": 1.0})
+    for perm in itertools.permutations(items):
+        assert order(fuse(perm, settings, NOW)) == ["c", "z", "a", "b"]  # newest, then (kind, id)
+
+
+@given(st.lists(st.tuples(st.floats(0, 50), st.floats(-1, 1)), min_size=1, max_size=12), st.randoms())
+def test_fusion_is_independent_of_input_order(legs: list[tuple[float, float]], rnd: Any) -> None:
+    items = [cand(f"m{i}", lex, cos, age_days=i % 3) for i, (lex, cos) in enumerate(legs)]
+    shuffled = items[:]
+    rnd.shuffle(shuffled)
+    first, second = fuse(items, RecallSettings(), NOW), fuse(shuffled, RecallSettings(), NOW)
+    assert order(first) == order(second)
+    assert all(x.score >= y.score for x, y in itertools.pairwise(first))
+
+
+# --- floor resolution ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("configured", "calibrated", "expected"),
+    [
+        (0.3, 0.22, (0.3, "config")),
+        (None, 0.22, (0.22, "manifest")),
+        (None, None, (None, "missing_calibration")),
+        (0.0, None, (0.0, "config")),
+    ],
+)
+def test_resolve_floor(configured: float | None, calibrated: float | None, expected: tuple[Any, str]) -> None:
+    assert resolve_floor(RecallSettings(min_cosine=configured), calibrated) == expected
+
+
+# --- budget selection ---------------------------------------------------------------------------
+
+
+def scored(name: str, score: float, text: str) -> Scored:
+    return Scored(cand(name, text=text), score, {})
+
+
+def test_select_keeps_the_best_that_fit_the_budget() -> None:
+    ranked = [scored("a", 0.9, "x" * 60), scored("b", 0.8, "y" * 50), scored("c", 0.7, "z" * 30)]
+    ranked.append(scored("d", 0.6, "w" * 10))
+    assert order(select(ranked, max_chars=100)) == ["a", "c", "d"]  # b does not fit after a; c and d do
+    assert order(select(ranked, max_chars=100, k=2)) == ["a", "c"]
+    assert order(select(ranked, max_chars=5)) == []  # injecting nothing is a normal outcome
+    assert order(select(ranked, max_chars=1000)) == ["a", "b", "c", "d"]
+
+
+def test_select_skips_a_near_repeat() -> None:
+    ranked = [
+        scored("a", 0.9, "Alice prefers tea in the morning"),
+        scored("b", 0.8, "alice prefers TEA in the morning!"),  # same words
+        scored("c", 0.7, "Alice prefers coffee after lunch"),
+    ]
+    assert order(select(ranked, max_chars=1000)) == ["a", "c"]
+    assert order(select(ranked, max_chars=1000, max_similar=1.01)) == ["a", "b", "c"]
+
+
+# --- the retriever: legs, neighbours, degradation ----------------------------------------------
+
+
+class Pool:
+    """A small searchable world: texts, vectors on 2 axes, a thread order; legs as plain functions."""
+
+    def __init__(self) -> None:
+        self.items = {
+            "m1": ("We planned the trip to Lisbon", [1.0, 0.0]),
+            "m2": ("Yes, in May, with the kids", [0.2, 0.98]),
+            "m3": ("The car needs new tyres", [0.0, 1.0]),
+            "m4": ("Lisbon was sunny", [0.9, 0.44]),
+        }
+        self.thread = ["m1", "m2", "m3"]
+        self.embeds = 0
+
+    def candidate(self, item_id: str) -> Candidate:
+        return cand(item_id, text=self.items[item_id][0], age_days=int(item_id[1:]))
+
+    async def lexical(self, query: str, limit: int) -> list[tuple[Candidate, float]]:
+        words = {w.lower() for w in query.split()}
+        hits = [(self.candidate(i), float(len(words & set(t.lower().split())))) for i, (t, _) in self.items.items()]
+        return sorted((h for h in hits if h[1] > 0), key=lambda h: -h[1])[:limit]
+
+    async def vector(self, q: Vector, limit: int, only: Collection[Key] | None) -> list[tuple[Key, float]]:
+        ids = [i for i in self.items if only is None or ("record", i) in only]
+        cos = {i: float(np.asarray(self.items[i][1], dtype=np.float32) @ q) for i in ids}
+        return [(("record", i), c) for i, c in sorted(cos.items(), key=lambda x: -x[1])[:limit]]
+
+    async def load(self, keys: Sequence[Key]) -> dict[Key, Candidate]:
+        return {k: self.candidate(k[1]) for k in keys if k[1] in self.items}
+
+    async def neighbours(self, keys: Sequence[Key]) -> dict[Key, list[Key]]:
+        out = {}
+        for kind, i in keys:
+            if i in self.thread:
+                at = self.thread.index(i)
+                out[(kind, i)] = [("record", self.thread[j]) for j in (at - 1, at + 1) if 0 <= j < len(self.thread)]
+        return out
+
+    async def embed(self, text: str) -> Vector:
+        self.embeds += 1
+        return np.asarray([1.0, 0.0], dtype=np.float32)
+
+
+async def test_retriever_fuses_both_legs_and_brings_in_neighbours() -> None:
+    pool = Pool()
+    settings = RecallSettings(vector_pool=1, lexical_pool=1, recency_half_life_days=0.0)
+    retriever = Retriever(
+        settings, pool.lexical, pool.load, vector=pool.vector, embed_query=pool.embed, neighbours=pool.neighbours
+    )
+    result = await retriever.recall("trip Lisbon", NOW)
+    # The legs found m1 (both); m2 is its neighbour, m3 two steps away; m4 was in neither leg's top 1.
+    assert order(result.ranked) == ["m1", "m2", "m3"]
+    assert result.floor_source == "missing_calibration" and result.coverage_gap == 0
+    assert pool.embeds == 1
+    m2 = result.ranked[1]
+    assert m2.candidate.cosine == pytest.approx(0.2) and m2.parts["neighbour"] > 0
+
+
+async def test_retriever_without_vectors_ranks_by_the_lexical_leg(caplog: Any) -> None:
+    pool = Pool()
+    caplog.set_level(logging.WARNING, logger="memory.recall")
+    retriever = Retriever(RecallSettings(recency_half_life_days=0.0), pool.lexical, pool.load)
+    result = await retriever.recall("Lisbon trip", NOW)
+    assert order(result.ranked) == ["m1", "m4"]
+    assert not result.vector_degraded and "memory_recall" not in caplog.text  # keyword-only is configured
+
+
+async def test_a_failing_query_embedding_degrades_to_lexical_logged_once(caplog: Any) -> None:
+    pool = Pool()
+
+    async def broken(text: str) -> Vector:
+        raise RuntimeError("model gone")
+
+    caplog.set_level(logging.WARNING, logger="memory.recall")
+    retriever = Retriever(
+        RecallSettings(), pool.lexical, pool.load, vector=pool.vector, embed_query=broken, cooldown=Cooldown()
+    )
+    for _ in range(3):
+        result = await retriever.recall("Lisbon trip", NOW)
+        assert result.vector_degraded and order(result.ranked) == ["m1", "m4"]
+    assert caplog.text.count("memory_recall_vector_degraded reason=RuntimeError") == 1
+
+
+async def test_a_slow_query_embedding_degrades_to_lexical() -> None:
+    pool = Pool()
+    never = asyncio.Event()
+
+    async def stuck(text: str) -> Vector:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    settings = RecallSettings(query_timeout_ms=20)
+    retriever = Retriever(settings, pool.lexical, pool.load, vector=pool.vector, embed_query=stuck)
+    result = await retriever.recall("Lisbon", NOW)
+    assert result.vector_degraded and order(result.ranked) == ["m1", "m4"]
+
+
+async def test_a_candidate_without_a_vector_is_a_logged_coverage_gap(caplog: Any) -> None:
+    pool = Pool()
+
+    async def partial(q: Vector, limit: int, only: Collection[Key] | None) -> list[tuple[Key, float]]:
+        return [hit for hit in await pool.vector(q, limit, only) if hit[0] != ("record", "m4")]  # m4 not embedded
+
+    caplog.set_level(logging.WARNING, logger="memory.recall")
+    settings = RecallSettings(recency_half_life_days=0.0, min_cosine=0.5, neighbour_weight=0.0)
+    cooldown = Cooldown()
+    for _ in range(2):  # a retriever per turn, as the gateway builds them: still logged once
+        retriever = Retriever(
+            settings, pool.lexical, pool.load, vector=partial, embed_query=pool.embed, cooldown=cooldown
+        )
+        result = await retriever.recall("Lisbon sunny", NOW)
+        assert result.coverage_gap == 1
+        assert {s.candidate.id: s.parts["vector"] for s in result.ranked} == {"m4": 0.0, "m1": 1.0}
+    assert caplog.text.count("memory_recall_coverage_gap") == 1

@@ -1,0 +1,425 @@
+"""Stored vectors and the in-memory index: exact top-k against brute force, filtering, growth, and
+the store over a real SQLite file (what counts as searchable per kind, changed texts, stale vectors
+refused, pruning what was forgotten)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import insert, update
+from sqlalchemy.engine import Connection
+
+import memory.vectors
+from memory.db import Database
+from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+from memory.records import RecordStore
+from memory.schema import archived_messages, daily_chunks, sessions
+from memory.storage import Storage
+from memory.vectors import VectorIndex, VectorStore, _lazy_is_cheaper, text_hash
+
+MODEL = "test/model-a"
+OTHER = "test/model-b"
+WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+Matrix = npt.NDArray[np.float32]
+
+
+def unit_rows(rng: np.random.Generator, n: int, dim: int) -> Matrix:
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def brute_force(rows: dict[tuple[str, str], Matrix], query: Matrix, k: int) -> list[tuple[tuple[str, str], float]]:
+    scored = [(key, float(np.dot(vec.astype(np.float64), query.astype(np.float64)))) for key, vec in rows.items()]
+    return sorted(scored, key=lambda item: -item[1])[:k]
+
+
+def assert_same_top(found: list[tuple[str, str, float]], expected: list[tuple[tuple[str, str], float]]) -> None:
+    """Same length, same scores in order, each found item's score its true score (ties may swap)."""
+    truth = dict(expected)
+    assert len(found) == len(expected)
+    assert [s for *_, s in found] == pytest.approx([s for _, s in expected], abs=1e-5)
+    assert len({(kind, item) for kind, item, _ in found}) == len(found)
+    for kind, item, score in found:
+        if (kind, item) in truth:
+            assert score == pytest.approx(truth[(kind, item)], abs=1e-5)
+        else:  # a tie at the boundary: it must score as much as the last expected one
+            assert score == pytest.approx(expected[-1][1], abs=1e-5)
+
+
+# --- the index ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(1, 80),
+    dim=st.integers(1, 12),
+    k=st.integers(1, 90),
+    removed=st.sets(st.integers(0, 79), max_size=30),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_search_is_exact_top_k(n: int, dim: int, k: int, removed: set[int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    vectors = unit_rows(rng, n, dim)
+    index = VectorIndex(MODEL, capacity=1)
+    rows: dict[tuple[str, str], Matrix] = {}
+    for i, vec in enumerate(vectors):
+        kind = ("record", "archive", "daily")[i % 3]
+        index.add(kind, str(i), vec)
+        rows[(kind, str(i))] = vec
+    for i in removed:
+        if i < n:
+            kind = ("record", "archive", "daily")[i % 3]
+            assert index.remove(kind, str(i))
+            del rows[(kind, str(i))]
+    assert len(index) == len(rows)
+    query = unit_rows(rng, 1, dim)[0]
+    assert_same_top(index.search(query, k), brute_force(rows, query, k))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    allowed=st.sets(st.integers(0, 130), max_size=120),
+    k=st.integers(1, 20),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_filtered_search_is_top_k_of_the_allowed(n: int, allowed: set[int], k: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    index = VectorIndex(MODEL)
+    rows = {("record", str(i)): vec for i, vec in enumerate(unit_rows(rng, n, 8))}
+    for (kind, item), vec in rows.items():
+        index.add(kind, item, vec)
+    keys = {("record", str(i)) for i in allowed}  # some name items the index does not have
+    query = unit_rows(rng, 1, 8)[0]
+    expected = brute_force({key: v for key, v in rows.items() if key in keys}, query, k)
+    assert_same_top(index.search(query, k, allow=keys), expected)
+    assert_same_top(index.search(query, k, allow=lambda kind, item: (kind, item) in keys), expected)
+
+
+def test_both_set_paths_and_a_predicate_agree() -> None:
+    rng = np.random.default_rng(7)
+    index = VectorIndex(MODEL)
+    for i, vec in enumerate(unit_rows(rng, 2000, 16)):
+        index.add("archive", str(i), vec)
+    query = unit_rows(rng, 1, 16)[0]
+    few = {("archive", str(i)) for i in range(0, 2000, 50)}  # 40: scored on their rows only
+    many = {("archive", str(i)) for i in range(2000) if i % 3}  # most: membership asked in score order
+    assert not _lazy_is_cheaper(len(few), 2000, 10) and _lazy_is_cheaper(len(many), 2000, 10)
+    for keys in (few, many):
+        by_set = index.search(query, 10, allow=keys)
+        assert all((kind, item) in keys for kind, item, _ in by_set)
+
+        def allowed(kind: str, item: str, keys: set[tuple[str, str]] = keys) -> bool:
+            return (kind, item) in keys
+
+        assert by_set == index.search(query, 10, allow=allowed)
+    assert index.search(query, 5, allow=set()) == []
+    assert index.search(query, 5, allow=lambda kind, item: False) == []
+
+
+def test_a_predicate_is_asked_once_per_item_even_when_the_pool_widens() -> None:
+    rng = np.random.default_rng(3)
+    index = VectorIndex(MODEL)
+    for i, vec in enumerate(unit_rows(rng, 1000, 8)):
+        index.add("record", str(i), vec)
+    asked: list[str] = []
+
+    def allow(kind: str, item: str) -> bool:
+        asked.append(item)
+        return int(item) % 97 == 0  # 11 of 1000: the first pool holds few of them
+
+    found = index.search(unit_rows(rng, 1, 8)[0], 10, allow=allow)
+    assert len(found) == 10 and all(int(item) % 97 == 0 for _, item, _ in found)
+    assert len(asked) == len(set(asked))
+
+
+def test_growth_is_amortized_and_replacing_keeps_one_row() -> None:
+    rng = np.random.default_rng(1)
+    index = VectorIndex(MODEL, capacity=1)
+    capacities = set()
+    for i, vec in enumerate(unit_rows(rng, 1000, 4)):
+        index.add("daily", str(i), vec)
+        capacities.add(index.capacity)
+    assert len(index) == 1000
+    assert len(capacities) <= 11  # doubling: 1, 2, 4, …, 1024
+    assert index.capacity < 2 * 1000
+    replacement = np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
+    index.add("daily", "5", replacement)
+    assert len(index) == 1000
+    assert index.search(replacement, 1)[0][:2] == ("daily", "5")
+    assert not index.remove("daily", "nope") and ("daily", "5") in index
+    assert index.remove("daily", "5") and ("daily", "5") not in index
+    assert all(item != "5" for _, item, _ in index.search(replacement, 1000))
+
+
+def test_add_many_is_add_in_order() -> None:
+    rng = np.random.default_rng(5)
+    vectors = unit_rows(rng, 50, 6)
+    items = [("record", str(i % 40), vectors[i]) for i in range(50)]  # 10 keys given twice: the last wins
+    one_by_one, at_once = VectorIndex(MODEL, capacity=1), VectorIndex(MODEL, capacity=1)
+    one_by_one.add("record", "3", vectors[0])
+    at_once.add("record", "3", vectors[0])  # an existing key is replaced in place
+    for kind, item, vec in items:
+        one_by_one.add(kind, item, vec)
+    at_once.add_many(items)
+    at_once.add_many([])
+    assert len(at_once) == len(one_by_one) == 40
+    query = unit_rows(rng, 1, 6)[0]
+    assert at_once.search(query, 40) == one_by_one.search(query, 40)
+    with pytest.raises(ValueError, match="5-dimensional vectors in a 6-dimensional index"):
+        at_once.add_many([("record", "x", np.ones(5))])
+
+
+def test_dimension_mismatches_are_refused() -> None:
+    index = VectorIndex(MODEL, dim=3)
+    with pytest.raises(ValueError, match="4-dimensional vector in a 3-dimensional index"):
+        index.add("record", "x", np.ones(4, dtype=np.float32))
+    index.add("record", "x", np.ones(3, dtype=np.float32) / np.sqrt(3))
+    with pytest.raises(ValueError, match="2-dimensional query"):
+        index.search(np.ones(2, dtype=np.float32), 1)
+    assert VectorIndex(MODEL).search(np.ones(3, dtype=np.float32), 5) == []  # empty: nothing to find
+
+
+def test_text_hash() -> None:
+    assert len(text_hash("hello")) == 16 and int(text_hash("hello"), 16) >= 0
+    assert text_hash("hello") == text_hash("hello") != text_hash("hello!")
+    assert text_hash("") != text_hash(" ")
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+
+class Items:
+    """A migrated database with records, archived messages and daily chunks to embed."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.db = storage.db
+        self.records = RecordStore(storage.db)
+        self.vectors = VectorStore(storage.db)
+
+    async def record(self, content: str, memory_class: MemoryClass = MemoryClass.DURABLE_FACT) -> str:
+        record = await self.records.create(
+            content,
+            memory_class=memory_class,
+            provenance=Provenance.USER_CONFIRMED,
+            use_policy=UsePolicy(),
+            scope=Scope.personal("alice"),
+            author="alice",
+            review_status=ReviewStatus.NONE,
+        )
+        return record.id
+
+    async def run(self, sql: Any) -> None:
+        def go(conn: Connection) -> None:
+            conn.execute(sql)
+
+        await self.db.write(go)
+
+
+def _session(sid: int, audience: str = "personal", excluded: bool = False) -> dict[str, Any]:
+    return {
+        "id": sid,
+        "key": f"web:{sid}",
+        "agent": "main",
+        "user_id": "alice",
+        "created_at": WHEN,
+        "message_count": 0,
+        "token_count": 0,
+        "audience": audience,
+        "memory_excluded": excluded,
+    }
+
+
+def _message(mid: int, sid: int, role: str, content: str) -> dict[str, Any]:
+    return {
+        "id": mid,
+        "session_id": sid,
+        "role": role,
+        "content": content,
+        "tool_calls": None,
+        "tool_call_id": None,
+        "author": None,
+        "event_id": None,
+        "tokens": 3,
+        "created_at": WHEN,
+        "archived_at": WHEN,
+        "reason": "trimmed",
+    }
+
+
+def _chunk(cid: int, content: str, chunk_no: int = 0) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "path": f"users/alice/2026-11-{cid:02d}.md",
+        "scope": "personal:alice",
+        "day": f"2026-11-{cid:02d}",
+        "chunk_no": chunk_no,
+        "content": content,
+        "file_mtime_ns": 1,
+    }
+
+
+@pytest.fixture(params=["thread", "async"])
+async def items(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Items]:
+    """Both ways SQLite runs: its own thread, and SQLAlchemy async (the path PostgreSQL takes)."""
+    db = Database(f"sqlite:///{tmp_path}/t.db", runner=request.param)
+    await db.migrate()
+    try:
+        yield Items(Storage(db))
+    finally:
+        await db.close()
+
+
+def _vec(seed: int, dim: int = 4) -> Matrix:
+    return unit_rows(np.random.default_rng(seed), 1, dim)[0]
+
+
+async def test_what_each_kind_offers_for_embedding(items: Items) -> None:
+    fact = await items.record("Alice drinks oolong tea")
+    await items.record("a passing trace", MemoryClass.TRACE)
+    forgotten = await items.record("something Alice took back")
+    await items.records.forget(forgotten, "alice")
+    await items.run(insert(sessions).values([_session(1), _session(2, excluded=True), _session(3, "public")]))
+    await items.run(
+        insert(archived_messages).values(
+            [
+                _message(10, 1, "user", "what tea do I like?"),
+                _message(11, 1, "assistant", "oolong"),
+                _message(12, 1, "tool", "{}"),
+                _message(13, 2, "user", "kept out of memory"),
+                _message(14, 3, "user", "said in public"),
+            ]
+        )
+    )
+    await items.run(insert(daily_chunks).values([_chunk(1, "- tea tasting"), _chunk(2, "- a hike")]))
+
+    assert await items.vectors.missing("record", MODEL, 10) == [(fact, "Alice drinks oolong tea")]
+    assert await items.vectors.missing("archive", MODEL, 10) == [("10", "what tea do I like?"), ("11", "oolong")]
+    assert await items.vectors.missing("daily", MODEL, 10) == [("1", "- tea tasting"), ("2", "- a hike")]
+    assert await items.vectors.coverage(MODEL) == {"record": (0, 1), "archive": (0, 2), "daily": (0, 2)}
+    with pytest.raises(ValueError, match="unknown item kind 'file'"):
+        await items.vectors.missing("file", MODEL, 10)
+
+
+async def test_upsert_missing_and_coverage_per_model(items: Items) -> None:
+    ids = [await items.record(f"fact number {n}") for n in range(5)]
+    store = items.vectors
+    todo = await store.missing("record", MODEL, 3)
+    assert len(todo) == 3
+    stored = await store.upsert("record", [(i, text_hash(t), _vec(n)) for n, (i, t) in enumerate(todo)], MODEL)
+    assert stored == 3
+    assert await store.coverage(MODEL) == {"record": (3, 5), "archive": (0, 0), "daily": (0, 0)}
+    assert await store.coverage(OTHER) == {"record": (0, 5), "archive": (0, 0), "daily": (0, 0)}
+    rest = await store.missing("record", MODEL, 10)
+    assert sorted(i for i, _ in rest) == sorted(set(ids) - {i for i, _ in todo})
+    assert len(await store.missing("record", OTHER, 10)) == 5  # vectors are per model
+    assert await store.models() == {MODEL: 3}
+    # Upserting again replaces, never duplicates.
+    again = [(i, text_hash(t), _vec(99)) for i, t in todo]
+    assert await store.upsert("record", again, MODEL) == 3
+    assert await store.models() == {MODEL: 3}
+    loaded = {(kind, item): vec for kind, item, vec in await store.vectors(MODEL)}
+    assert set(loaded) == {("record", i) for i, _ in todo}
+    assert all(np.array_equal(vec, _vec(99)) for vec in loaded.values())
+
+
+async def test_changed_text_is_embedded_again(items: Items) -> None:
+    rid = await items.record("Alice lives in Lyon")
+    await items.run(insert(daily_chunks).values([_chunk(1, "- moved to Lyon")]))
+    store = items.vectors
+    for kind in ("record", "daily"):
+        (item_id, content), *_ = await store.missing(kind, MODEL, 10)
+        assert await store.upsert(kind, [(item_id, text_hash(content), _vec(1))], MODEL) == 1
+        assert await store.missing(kind, MODEL, 10) == []
+
+    await items.records.update(rid, actor="alice", action="edit", content="Alice lives in Nantes")
+    await items.records.update(rid, actor="alice", action="confirm", review_status=ReviewStatus.CONFIRMED)
+    await items.run(update(daily_chunks).where(daily_chunks.c.id == 1).values(content="- moved to Nantes"))
+    assert await store.missing("record", MODEL, 10) == [(rid, "Alice lives in Nantes")]
+    assert await store.missing("daily", MODEL, 10) == [("1", "- moved to Nantes")]
+    assert await store.coverage(MODEL) == {"record": (1, 1), "archive": (0, 0), "daily": (1, 1)}  # stale, present
+
+    assert await store.upsert("record", [(rid, text_hash("Alice lives in Nantes"), _vec(2))], MODEL) == 1
+    assert await store.missing("record", MODEL, 10) == []
+    # A status change after embedding does not make the text look changed.
+    await items.records.update(rid, actor="alice", action="stale", review_status=ReviewStatus.STALE)
+    assert await store.missing("record", MODEL, 10) == []
+
+
+async def test_a_vector_of_an_outdated_or_vanished_text_is_refused(items: Items, caplog: Any) -> None:
+    rid = await items.record("Alice's locker code is on a sticky note")
+    other = await items.record("Alice likes jazz")
+    store = items.vectors
+    (_, content), *_ = await store.missing("record", MODEL, 10)
+    await items.records.update(rid, actor="alice", action="edit", content="Alice's locker is number 12")
+    await items.records.forget(other, "alice")
+    caplog.set_level("INFO", logger="memory.vectors")
+    batch = [(rid, text_hash("Alice's locker code is on a sticky note"), _vec(1)), (other, text_hash(content), _vec(2))]
+    assert await store.upsert("record", batch, MODEL) == 0
+    assert "memory_vectors_stale kind=record model=test/model-a skipped=2" in caplog.text
+    assert await store.models() == {}
+    assert await store.upsert("archive", [("not-a-number", "0" * 16, _vec(1))], MODEL) == 0
+    with pytest.raises(ValueError, match="1-D"):
+        await store.upsert("record", [(rid, "0" * 16, np.ones((2, 2)))], MODEL)
+
+
+async def test_delete_and_prune_leave_nothing_of_a_forgotten_text(items: Items) -> None:
+    kept = await items.record("Alice's cat is called Miso")
+    gone = await items.record("Alice's old address")
+    await items.run(insert(sessions).values([_session(1)]))
+    await items.run(insert(archived_messages).values([_message(10, 1, "user", "hello there")]))
+    await items.run(insert(daily_chunks).values([_chunk(1, "- fed Miso")]))
+    store = items.vectors
+    for model in (MODEL, OTHER):
+        for kind in ("record", "archive", "daily"):
+            todo = await store.missing(kind, model, 10)
+            await store.upsert(kind, [(i, text_hash(t), _vec(3)) for i, t in todo], model)
+    assert await store.models() == {MODEL: 4, OTHER: 4}
+
+    await items.records.forget(gone, "alice")
+    await items.run(daily_chunks.delete())
+    assert await store.prune() == 4  # the forgotten record's and the chunk's, for both models
+    assert {item for _, item, _ in await store.vectors(MODEL)} == {kept, "10"}
+    assert await store.delete("archive", ["10"]) == 2
+    assert await store.delete("archive", []) == 0
+    assert [item for _, item, _ in await store.vectors(OTHER)] == [kept]
+
+
+async def test_missing_pages_through_everything_with_a_cursor(items: Items, monkeypatch: Any) -> None:
+    monkeypatch.setattr(memory.vectors, "_PAGE", 3)  # several database pages per call
+    await items.run(insert(sessions).values([_session(1)]))
+    await items.run(insert(archived_messages).values([_message(i, 1, "user", f"message {i}") for i in range(1, 21)]))
+    store = items.vectors
+    half = await store.missing("archive", MODEL, 10)
+    await store.upsert("archive", [(i, text_hash(t), _vec(1)) for i, t in half[::2]], MODEL)
+    seen: list[str] = []
+    after = None
+    while batch := await store.missing("archive", MODEL, 4, after=after):
+        seen += [i for i, _ in batch]
+        after = batch[-1][0]
+    # Integer order (2 before 10), each once, the embedded ones skipped.
+    assert seen == [str(i) for i in range(1, 21) if not (i <= 10 and i % 2 == 1)]
+    every = await store.items("archive", 100)
+    assert [i for i, _ in every] == [str(i) for i in range(1, 21)]
+    assert [i for i, _ in await store.items("archive", 5, after="18")] == ["19", "20"]
+
+
+async def test_an_index_loads_one_models_vectors(items: Items, monkeypatch: Any) -> None:
+    ids = [await items.record(f"fact {n}") for n in range(7)]
+    store = items.vectors
+    rows = [(i, text_hash(f"fact {n}"), _vec(n, 8)) for n, i in enumerate(ids)]
+    assert await store.upsert("record", rows, MODEL) == 7
+    assert await store.upsert("record", [(ids[0], text_hash("fact 0"), _vec(0, 3))], OTHER) == 1
+    index = VectorIndex(MODEL)
+    assert await index.load(store, page=2) == 7
+    assert len(index) == 7 and index.dim == 8
+    top = index.search(_vec(4, 8), 1)
+    assert top[0][:2] == ("record", ids[4]) and top[0][2] == pytest.approx(1.0, abs=1e-6)
