@@ -293,7 +293,7 @@ class _Legs:
             records = records_search(conn, terms, self.scopes, self.include_projects, limit, now)
         archived = []
         if self.archive_user is not None or self.archive_keys:
-            archived = archive_search(conn, terms, self.archive_user, self.archive_keys, limit)
+            archived = archive_search(conn, terms, self.archive_user, self.archive_keys, limit, snippets=False)
         chunks = daily_search(conn, terms, self.daily_scopes, limit) if self.daily_scopes else []
         return records, archived, chunks
 

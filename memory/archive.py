@@ -13,6 +13,7 @@ returned, not even to the operator.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -90,6 +91,47 @@ def fts_expression(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+# A term found in more than this share of the indexed texts says little about any of them (its
+# BM25 weight is near zero) but makes the search rank all of them: it is left out of the MATCH when
+# rarer terms remain. ("benchmark message 5" over an archive where every message says "benchmark
+# message" ranks a handful of rows instead of all of them.)
+COMMON_SHARE = 0.3
+MIN_ROWS_FOR_PRUNING = 50
+
+
+_COUNTS: dict[tuple[int, str], tuple[float, int]] = {}
+COUNT_TTL_SECONDS = 60.0
+
+
+def _row_count(conn: Connection, fts_table: str) -> int:
+    """How many texts the table indexes, counted at most once a minute (a count reads them all;
+    an estimate is enough to tell a common term from a rare one)."""
+    key = (id(conn.engine), fts_table)
+    now = time.monotonic()
+    cached = _COUNTS.get(key)
+    if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
+        cached = _COUNTS[key] = (now, int(conn.exec_driver_sql(f"SELECT count(*) FROM {fts_table}").scalar() or 0))
+    return cached[1]
+
+
+def informative_terms(conn: Connection, fts_table: str, terms: Sequence[str]) -> list[str]:
+    """`terms` without those too common to matter, judged on the FTS5 table's own document counts
+    (stemming included); the rarest term is always kept. SQLite only: one cheap count per term."""
+    if len(terms) < 2:
+        return list(terms)
+    total = _row_count(conn, fts_table)
+    if total < MIN_ROWS_FOR_PRUNING:
+        return list(terms)
+    counted = []
+    for t in terms:
+        n = conn.exec_driver_sql(
+            f"SELECT count(*) FROM {fts_table} WHERE {fts_table} MATCH ?", (fts_expression([t]),)
+        ).scalar()
+        counted.append((int(n or 0), t))
+    kept = [t for n, t in counted if n <= total * COMMON_SHARE]
+    return kept or [min(counted)[1]]
+
+
 def make_snippet(content: str, match_at: int | None = None, width: int = SNIPPET_CHARS) -> str:
     """At most `width` characters of `content` around `match_at` (its start when None), whitespace
     collapsed, cut at word boundaries where one is near, with "…" on each side that was cut."""
@@ -158,9 +200,16 @@ def _hit(row: Row[*tuple[Any, ...]], snippet: str, score: float) -> ArchiveHit:
 
 
 def search_fts(
-    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+    conn: Connection,
+    terms: Sequence[str],
+    user_id: str | None,
+    session_keys: Sequence[str],
+    limit: int,
+    snippets: bool = True,
 ) -> list[ArchiveHit]:
-    """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here)."""
+    """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here).
+    Without `snippets` (recall reads whole messages) the match runs once instead of twice."""
+    terms = informative_terms(conn, "archived_messages_fts", terms)
     match = _FTS_TABLE.op("MATCH")(fts_expression(terms))
     rank = func.bm25(_FTS_TABLE)
     # highlight() marks where the first matching token starts, stemming included ("running" finds
@@ -176,17 +225,31 @@ def search_fts(
         .where(match, *_visible(user_id, session_keys))
         .order_by(rank, archived_messages.c.id.desc())
         .limit(limit)
-        .subquery()
     )
+    if not snippets:
+        plain = conn.execute(
+            select(*_HIT_COLUMNS, ranked.selected_columns.rank)
+            .select_from(
+                _fts.join(archived_messages, archived_messages.c.id == _fts.c.rowid).join(
+                    sessions, sessions.c.id == archived_messages.c.session_id
+                )
+            )
+            .where(match, *_visible(user_id, session_keys))
+            # By the selected column, not the function again: bm25 once per matching row, not twice.
+            .order_by(literal_column("rank"), archived_messages.c.id.desc())
+            .limit(limit)
+        ).all()
+        return [_hit(r, "", -float(r.rank)) for r in plain]
+    ranked_rows = ranked.subquery()
     rows = conn.execute(
-        select(*_HIT_COLUMNS, ranked.c.rank, marked.label("marked"))
+        select(*_HIT_COLUMNS, ranked_rows.c.rank, marked.label("marked"))
         .select_from(
-            ranked.join(_fts, _fts.c.rowid == ranked.c.id)
-            .join(archived_messages, archived_messages.c.id == ranked.c.id)
+            ranked_rows.join(_fts, _fts.c.rowid == ranked_rows.c.id)
+            .join(archived_messages, archived_messages.c.id == ranked_rows.c.id)
             .join(sessions, sessions.c.id == archived_messages.c.session_id)
         )
         .where(match)
-        .order_by(ranked.c.rank, archived_messages.c.id.desc())
+        .order_by(ranked_rows.c.rank, archived_messages.c.id.desc())
     ).all()
     hits = []
     for row in rows:
@@ -220,10 +283,16 @@ def _escape_like(term: str) -> str:
 
 
 def search_in(
-    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+    conn: Connection,
+    terms: Sequence[str],
+    user_id: str | None,
+    session_keys: Sequence[str],
+    limit: int,
+    snippets: bool = True,
 ) -> list[ArchiveHit]:
-    run = search_fts if conn.dialect.name == "sqlite" else search_like
-    return run(conn, terms, user_id, session_keys, limit)
+    if conn.dialect.name == "sqlite":
+        return search_fts(conn, terms, user_id, session_keys, limit, snippets)
+    return search_like(conn, terms, user_id, session_keys, limit)
 
 
 def _for_session(conn: Connection, session_id: int, limit: int) -> list[ArchiveHit]:

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import delete, insert, literal_column, select, text
 from sqlalchemy.engine import Connection
 
-from memory.archive import fts_expression, query_terms
+from memory.archive import fts_expression, informative_terms, query_terms
 from memory.daily import DailyFiles
 from memory.db import Database
 from memory.schema import daily_chunks
@@ -119,6 +119,7 @@ def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], lim
             .limit(limit)
         ).all()
     else:
+        terms = informative_terms(conn, "daily_chunks_fts", terms)
         rows = conn.execute(
             text(
                 "SELECT c.id, c.path, c.scope, c.day, c.content, -bm25(daily_chunks_fts) AS score "

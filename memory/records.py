@@ -54,7 +54,7 @@ from sqlalchemy import table as sql_table
 from sqlalchemy import update as sql_update
 from sqlalchemy.engine import Connection, Row
 
-from memory.archive import fts_expression, query_terms
+from memory.archive import fts_expression, informative_terms, query_terms
 from memory.db import Database
 from memory.model import (
     EXPIRY,
@@ -565,6 +565,7 @@ def search_fts(
     conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
 ) -> builtins.list[tuple[MemoryRecord, float]]:
     """SQLite: FTS5 ranked by bm25 (negative, lower is better: flipped here), newest first on ties."""
+    terms = informative_terms(conn, "memory_records_fts", terms)
     rank = func.bm25(_FTS_TABLE)
     rows = conn.execute(
         select(memory_records, rank.label("rank"))
