@@ -287,14 +287,17 @@ class _Legs:
         return hits
 
     def _search_all(self, conn: Connection, terms: list[str], limit: int, now: datetime) -> tuple[Any, Any, Any]:
-        """The three full-text legs in one transaction: one hop to the database thread, not three."""
+        """The three full-text legs in one transaction: one hop to the database thread, not three.
+        A leg whose table is empty is skipped (building its query costs more than asking)."""
         records = []
-        if self.scopes or self.include_projects:
+        if (self.scopes or self.include_projects) and _any(conn, "memory_records"):
             records = records_search(conn, terms, self.scopes, self.include_projects, limit, now)
         archived = []
-        if self.archive_user is not None or self.archive_keys:
+        if (self.archive_user is not None or self.archive_keys) and _any(conn, "archived_messages"):
             archived = archive_search(conn, terms, self.archive_user, self.archive_keys, limit, snippets=False)
-        chunks = daily_search(conn, terms, self.daily_scopes, limit) if self.daily_scopes else []
+        chunks = []
+        if self.daily_scopes and _any(conn, "daily_chunks"):
+            chunks = daily_search(conn, terms, self.daily_scopes, limit)
         return records, archived, chunks
 
     async def vector(self, qvec: Any, limit: int, only: Collection[Key] | None) -> Sequence[tuple[Key, float]]:
@@ -334,6 +337,10 @@ class _Legs:
 
     def _in_scope(self, scope: str) -> bool:
         return scope in self.scopes or (self.include_projects and scope.startswith(ScopeKind.PROJECT.value + ":"))
+
+
+def _any(conn: Connection, table: str) -> bool:
+    return conn.exec_driver_sql(f"SELECT 1 FROM {table} LIMIT 1").first() is not None
 
 
 def _sections(chosen: Sequence[Scored], records: Mapping[str, Any]) -> list[Section]:

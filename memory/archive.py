@@ -12,6 +12,7 @@ returned, not even to the operator.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -19,11 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, case, column, false, func, literal_column, or_, select, table
+from sqlalchemy import ColumnElement, Integer, case, column, false, func, literal_column, or_, select, table, text
 from sqlalchemy.engine import Connection, Row
 
 from memory.db import Database
-from memory.schema import archived_messages, sessions
+from memory.schema import UTCDateTime, archived_messages, sessions
 
 SNIPPET_CHARS = 240
 MAX_LIMIT = 50
@@ -210,6 +211,8 @@ def search_fts(
     """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here).
     Without `snippets` (recall reads whole messages) the match runs once instead of twice."""
     terms = informative_terms(conn, "archived_messages_fts", terms)
+    if not snippets:
+        return _ranked_plain(conn, terms, user_id, session_keys, limit)
     match = _FTS_TABLE.op("MATCH")(fts_expression(terms))
     rank = func.bm25(_FTS_TABLE)
     # highlight() marks where the first matching token starts, stemming included ("running" finds
@@ -226,20 +229,6 @@ def search_fts(
         .order_by(rank, archived_messages.c.id.desc())
         .limit(limit)
     )
-    if not snippets:
-        plain = conn.execute(
-            select(*_HIT_COLUMNS, ranked.selected_columns.rank)
-            .select_from(
-                _fts.join(archived_messages, archived_messages.c.id == _fts.c.rowid).join(
-                    sessions, sessions.c.id == archived_messages.c.session_id
-                )
-            )
-            .where(match, *_visible(user_id, session_keys))
-            # By the selected column, not the function again: bm25 once per matching row, not twice.
-            .order_by(literal_column("rank"), archived_messages.c.id.desc())
-            .limit(limit)
-        ).all()
-        return [_hit(r, "", -float(r.rank)) for r in plain]
     ranked_rows = ranked.subquery()
     rows = conn.execute(
         select(*_HIT_COLUMNS, ranked_rows.c.rank, marked.label("marked"))
@@ -257,6 +246,33 @@ def search_fts(
         start = at if at != -1 else first_match(row.content, terms)
         hits.append(_hit(row, make_snippet(row.content, start), -float(row.rank)))
     return hits
+
+
+def _ranked_plain(
+    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+) -> list[ArchiveHit]:
+    """The search without snippets, as one hand-written statement: recall runs it every turn, and
+    building it with SQLAlchemy cost more than running it. Same filters as `_visible`."""
+    mine, params = [], {"q": fts_expression(terms), "limit": limit}
+    if user_id is not None:
+        mine.append("s.user_id = :user")
+        params["user"] = user_id
+    if session_keys:
+        mine.append("s.key IN (SELECT value FROM json_each(:keys))")
+        params["keys"] = json.dumps(list(session_keys))
+    owned = f" AND ({' OR '.join(mine)})" if mine else ""
+    rows = conn.execute(
+        text(
+            "SELECT a.id, a.session_id, s.key, s.user_id, a.role, a.author, a.content, a.created_at, "
+            "a.archived_at, bm25(archived_messages_fts) AS rank "
+            "FROM archived_messages_fts JOIN archived_messages a ON a.id = archived_messages_fts.rowid "
+            "JOIN sessions s ON s.id = a.session_id "
+            "WHERE archived_messages_fts MATCH :q AND s.memory_excluded = 0 AND s.audience != 'public' "
+            f"AND a.role IN ('user', 'assistant'){owned} ORDER BY rank, a.id DESC LIMIT :limit"
+        ).columns(created_at=UTCDateTime, archived_at=UTCDateTime),
+        params,
+    ).all()
+    return [_hit(r, "", -float(r.rank)) for r in rows]
 
 
 def search_like(
