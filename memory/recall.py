@@ -152,7 +152,12 @@ def named_in(query: str, speaker: str | None) -> bool:
     """Whether every word of `speaker`'s name is a word of `query` (ignoring case)."""
     if not speaker:
         return False
-    words = {w.lower() for w in _WORD.findall(query)}
+    return _named({w.lower() for w in _WORD.findall(query)}, speaker)
+
+
+def _named(words: Collection[str], speaker: str | None) -> bool:
+    if not speaker:
+        return False
     name = [w.lower() for w in _WORD.findall(speaker)]
     return bool(name) and all(w in words for w in name)
 
@@ -185,6 +190,7 @@ def fuse(
         else:
             base[k] = (settings.vector_weight * c.cosine + settings.lexical_weight * lex, lex, c.cosine)
     adjacent = _mutual(neighbours or {})
+    query_words = {w.lower() for w in _WORD.findall(query)}  # once, not once per candidate
     out = []
     for k, (score, lex, vec) in base.items():
         c = pool[k]
@@ -196,7 +202,7 @@ def fuse(
         prior = settings.class_priors.get(c.prior_class, 1.0)
         age = (now - c.created_at).total_seconds() / _SECONDS_PER_DAY
         fresh = recency(age, settings.recency_half_life_days, settings.recency_floor)
-        speaker = 1.0 + settings.speaker_boost if query and named_in(query, c.speaker) else 1.0
+        speaker = 1.0 + settings.speaker_boost if query_words and _named(query_words, c.speaker) else 1.0
         parts = {"lexical": lex, "vector": vec, "neighbour": lift, "prior": prior, "recency": fresh, "speaker": speaker}
         out.append(Scored(c, (score + lift) * prior * fresh * speaker, MappingProxyType(parts)))
     out.sort(key=lambda s: (-s.score, -s.candidate.created_at.timestamp(), s.candidate.key))

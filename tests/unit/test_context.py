@@ -45,7 +45,7 @@ def test_fit_drops_lowest_priority_first_and_cuts_the_last_one() -> None:
 
 @pytest.fixture
 def files(tmp_path: Path) -> CoreFiles:
-    return CoreFiles(DailyFiles(tmp_path / "memory"))
+    return CoreFiles(DailyFiles(tmp_path / "memory"), recheck_seconds=0)
 
 
 def context(files: CoreFiles, **memory: object) -> PromptContext:
