@@ -200,15 +200,23 @@ async def gateway_main(api_base: str, data_dir: str) -> None:
     print(json.dumps({"url": gw.url}), flush=True)
     profiler: list[cProfile.Profile] = []
 
+    db_thread = getattr(gw.storage.db if gw.storage else None, "_executor", None)
+    db_profiler = cProfile.Profile()
+
     def command(line: str) -> None:  # the parent's profiling switch
         verb, _, arg = line.strip().partition(" ")
         if verb == "profile-start":
             profiler.append(cProfile.Profile())
             profiler[-1].enable()
+            if db_thread is not None:  # cProfile follows one thread: the database's gets its own
+                db_thread.submit(db_profiler.enable).result()
         elif verb == "profile-stop" and profiler:
             p = profiler.pop()
             p.disable()
             p.dump_stats(arg)
+            if db_thread is not None:
+                db_thread.submit(db_profiler.disable).result()
+                db_profiler.dump_stats(arg + ".db")
             print(json.dumps({"profile": arg}), flush=True)
 
     await _until_stdin_closes(command)

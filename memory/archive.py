@@ -110,7 +110,8 @@ def _row_count(conn: Connection, fts_table: str) -> int:
     key = (id(conn.engine), fts_table)
     now = time.monotonic()
     cached = _COUNTS.get(key)
-    if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
+    # A small table is cheap to count and may be growing fast (a new gateway): count it every time.
+    if cached is None or now - cached[0] > COUNT_TTL_SECONDS or cached[1] < 20 * MIN_ROWS_FOR_PRUNING:
         cached = _COUNTS[key] = (now, int(conn.exec_driver_sql(f"SELECT count(*) FROM {fts_table}").scalar() or 0))
     return cached[1]
 
