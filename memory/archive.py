@@ -12,7 +12,6 @@ returned, not even to the operator.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -20,11 +19,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, case, column, false, func, literal_column, or_, select, table, text
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    bindparam,
+    case,
+    column,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+    table,
+)
 from sqlalchemy.engine import Connection, Row
 
 from memory.db import Database
-from memory.schema import UTCDateTime, archived_messages, sessions
+from memory.schema import archived_messages, sessions
 
 SNIPPET_CHARS = 240
 MAX_LIMIT = 50
@@ -168,21 +180,31 @@ def first_match(content: str, terms: Sequence[str]) -> int | None:
 # --- queries ------------------------------------------------------------------------------------
 
 
-def _visible(user_id: str | None, session_keys: Sequence[str]) -> list[ColumnElement[bool]]:
-    """Filters for what the asker may see (see the module docstring)."""
+def _visible(by_user: bool, by_keys: bool) -> list[ColumnElement[bool]]:
+    """Filters for what the asker may see (see the module docstring), the asker bound as parameters
+    (`_visible_params`): with neither a user nor keys, every session (the operator's view)."""
     rules: list[ColumnElement[bool]] = [
         sessions.c.memory_excluded.is_(false()),
         sessions.c.audience != "public",
         archived_messages.c.role.in_(_SEARCHED_ROLES),
     ]
     mine: list[ColumnElement[bool]] = []
-    if user_id is not None:
-        mine.append(sessions.c.user_id == user_id)
-    if session_keys:
-        mine.append(sessions.c.key.in_(list(session_keys)))
+    if by_user:
+        mine.append(sessions.c.user_id == bindparam("v_user"))
+    if by_keys:
+        mine.append(sessions.c.key.in_(bindparam("v_keys", expanding=True)))
     if mine:
         rules.append(or_(*mine))
     return rules
+
+
+def _visible_params(user_id: str | None, session_keys: Sequence[str]) -> tuple[bool, bool, dict[str, Any]]:
+    params: dict[str, Any] = {}
+    if user_id is not None:
+        params["v_user"] = user_id
+    if session_keys:
+        params["v_keys"] = list(session_keys)
+    return user_id is not None, bool(session_keys), params
 
 
 def _hit(row: Row[*tuple[Any, ...]], snippet: str, score: float) -> ArchiveHit:
@@ -212,8 +234,10 @@ def search_fts(
     """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here).
     Without `snippets` (recall reads whole messages) the match runs once instead of twice."""
     terms = informative_terms(conn, "archived_messages_fts", terms)
+    by_user, by_keys, params = _visible_params(user_id, session_keys)
     if not snippets:
-        return _ranked_plain(conn, terms, user_id, session_keys, limit)
+        plain = conn.execute(_plain(by_user, by_keys), {**params, "q": fts_expression(terms), "limit": limit}).all()
+        return [_hit(r, "", -float(r.rank)) for r in plain]
     match = _FTS_TABLE.op("MATCH")(fts_expression(terms))
     rank = func.bm25(_FTS_TABLE)
     # highlight() marks where the first matching token starts, stemming included ("running" finds
@@ -226,7 +250,7 @@ def search_fts(
                 sessions, sessions.c.id == archived_messages.c.session_id
             )
         )
-        .where(match, *_visible(user_id, session_keys))
+        .where(match, *_visible(by_user, by_keys))
         .order_by(rank, archived_messages.c.id.desc())
         .limit(limit)
     )
@@ -239,7 +263,8 @@ def search_fts(
             .join(sessions, sessions.c.id == archived_messages.c.session_id)
         )
         .where(match)
-        .order_by(ranked_rows.c.rank, archived_messages.c.id.desc())
+        .order_by(ranked_rows.c.rank, archived_messages.c.id.desc()),
+        params,
     ).all()
     hits = []
     for row in rows:
@@ -249,31 +274,30 @@ def search_fts(
     return hits
 
 
-def _ranked_plain(
-    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
-) -> list[ArchiveHit]:
-    """The search without snippets, as one hand-written statement: recall runs it every turn, and
-    building it with SQLAlchemy cost more than running it. Same filters as `_visible`."""
-    mine, params = [], {"q": fts_expression(terms), "limit": limit}
-    if user_id is not None:
-        mine.append("s.user_id = :user")
-        params["user"] = user_id
-    if session_keys:
-        mine.append("s.key IN (SELECT value FROM json_each(:keys))")
-        params["keys"] = json.dumps(list(session_keys))
-    owned = f" AND ({' OR '.join(mine)})" if mine else ""
-    rows = conn.execute(
-        text(
-            "SELECT a.id, a.session_id, s.key, s.user_id, a.role, a.author, a.content, a.created_at, "
-            "a.archived_at, bm25(archived_messages_fts) AS rank "
-            "FROM archived_messages_fts JOIN archived_messages a ON a.id = archived_messages_fts.rowid "
-            "JOIN sessions s ON s.id = a.session_id "
-            "WHERE archived_messages_fts MATCH :q AND s.memory_excluded = 0 AND s.audience != 'public' "
-            f"AND a.role IN ('user', 'assistant'){owned} ORDER BY rank, a.id DESC LIMIT :limit"
-        ).columns(created_at=UTCDateTime, archived_at=UTCDateTime),
-        params,
-    ).all()
-    return [_hit(r, "", -float(r.rank)) for r in rows]
+_PLAIN: dict[tuple[bool, bool], Select[Any]] = {}
+
+
+def _plain(by_user: bool, by_keys: bool) -> Select[Any]:
+    """The search without snippets, built once per shape of asker with everything bound as a
+    parameter: recall runs it every turn, and building it cost more than running it."""
+    cached = _PLAIN.get((by_user, by_keys))
+    if cached is not None:
+        return cached
+    rank = func.bm25(_FTS_TABLE)
+    stmt: Select[Any] = (
+        select(*_HIT_COLUMNS, rank.label("rank"))
+        .select_from(
+            _fts.join(archived_messages, archived_messages.c.id == _fts.c.rowid).join(
+                sessions, sessions.c.id == archived_messages.c.session_id
+            )
+        )
+        .where(_FTS_TABLE.op("MATCH")(bindparam("q")), *_visible(by_user, by_keys))
+        # By the selected column, not the function again: bm25 once per matching row, not twice.
+        .order_by(literal_column("rank"), archived_messages.c.id.desc())
+        .limit(bindparam("limit"))
+    )
+    _PLAIN[(by_user, by_keys)] = stmt
+    return stmt
 
 
 def search_like(
@@ -285,12 +309,14 @@ def search_like(
     content = func.lower(archived_messages.c.content)
     matched = [content.like("%" + _escape_like(t) + "%", escape="\\") for t in terms]
     score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
+    by_user, by_keys, params = _visible_params(user_id, session_keys)
     rows = conn.execute(
         select(*_HIT_COLUMNS, score)
         .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
-        .where(or_(*matched), *_visible(user_id, session_keys))
+        .where(or_(*matched), *_visible(by_user, by_keys))
         .order_by(score.desc(), archived_messages.c.id.desc())
-        .limit(limit)
+        .limit(limit),
+        params,
     ).all()
     return [_hit(r, make_snippet(r.content, first_match(r.content, terms)), float(r.score)) for r in rows]
 
@@ -326,10 +352,12 @@ def _for_session(conn: Connection, session_id: int, limit: int) -> list[ArchiveH
 def _visible_by_ids(
     conn: Connection, ids: Sequence[int], user_id: str | None, session_keys: Sequence[str]
 ) -> list[ArchiveHit]:
+    by_user, by_keys, params = _visible_params(user_id, session_keys)
     rows = conn.execute(
         select(*_HIT_COLUMNS)
         .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
-        .where(archived_messages.c.id.in_(list(ids)), *_visible(user_id, session_keys))
+        .where(archived_messages.c.id.in_(list(ids)), *_visible(by_user, by_keys)),
+        params,
     ).all()
     return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
 

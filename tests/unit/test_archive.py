@@ -23,6 +23,7 @@ from memory.archive import (
     fts_expression,
     make_snippet,
     query_terms,
+    search_in,
     search_like,
 )
 from memory.schema import archived_messages, sessions
@@ -245,6 +246,22 @@ async def test_privacy_of_the_archive(filled: Archive) -> None:
     # The operator sees every session, but never excluded or public ones.
     assert set(await filled.ids("marmalade")) == {a, b, g, gb}
     assert await filled.ids("marmalade", user_id="carol") == []
+    # Recall's search (no snippets, a prebuilt statement) sees exactly what the search command sees.
+    for asker in (
+        {"user_id": "alice"},
+        {"user_id": "bob"},
+        {"user_id": "alice", "session_keys": ["telegram:group:-100"]},
+        {"session_keys": ["telegram:group:-100"]},
+        {"user_id": "alice", "session_keys": ["discord:lobby"]},
+        {},
+        {"user_id": "carol"},
+    ):
+        plain = await filled.storage.db.read(
+            lambda conn, kw=asker: search_in(
+                conn, query_terms("marmalade"), kw.get("user_id"), kw.get("session_keys", ()), 10, snippets=False
+            )
+        )
+        assert {h.id for h in plain} == set(await filled.ids("marmalade", **asker)), asker
 
 
 @pytest.mark.parametrize(
