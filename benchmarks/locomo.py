@@ -56,7 +56,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from memory.embeddings import Embedder, make_embedder, model_info, normalize  # noqa: E402
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, UsePolicy  # noqa: E402
+from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
 from memory.recall import Candidate, Key, RecallSettings, Retriever, Vector  # noqa: E402
 from memory.records import NewRecord, RecordStore  # noqa: E402
 from memory.storage import Storage  # noqa: E402
@@ -190,18 +190,6 @@ class VectorCache:
         return np.stack([self.vectors[self.key(t)] for t in texts])
 
 
-def candidate(record: MemoryRecord) -> Candidate:
-    return Candidate(
-        "record",
-        record.id,
-        record.content,
-        str(record.scope),
-        record.created_at,
-        record.memory_class,
-        speaker=record.attribution,
-    )
-
-
 class Bench:
     """The store, the two vector indexes (turn alone; turn mixed with its context) and the legs."""
 
@@ -249,13 +237,13 @@ class Bench:
 
         async def lexical(query: str, limit: int) -> list[tuple[Candidate, float]]:
             hits = await self.store.search(query, scopes=[conv.scope], limit=limit, now=conv.now)
-            return [(candidate(r), score) for r, score in hits]
+            return [(Candidate.of_record(r), score) for r, score in hits]
 
         async def vector(q: Vector, limit: int, only: Collection[Key] | None) -> list[tuple[Key, float]]:
             return [((kind, i), cos) for kind, i, cos in index.search(q, limit, allowed if only is None else only)]
 
         async def load(keys: Sequence[Key]) -> dict[Key, Candidate]:
-            return {("record", r.id): candidate(r) for r in await self.store.get_many([i for _, i in keys])}
+            return {("record", r.id): Candidate.of_record(r) for r in await self.store.get_many([i for _, i in keys])}
 
         async def adjacent(keys: Sequence[Key]) -> dict[Key, list[Key]]:
             return {k: self.adjacent.get(k, []) for k in keys}

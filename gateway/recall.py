@@ -250,15 +250,7 @@ class _Legs:
 
     def _record_candidate(self, record: Any) -> Candidate:
         self.records[record.id] = record
-        return Candidate(
-            "record",
-            record.id,
-            record.content,
-            str(record.scope),
-            record.created_at,
-            record.memory_class,
-            speaker=record.attribution,
-        )
+        return Candidate.of_record(record)
 
     @staticmethod
     def _archive_candidate(h: Any) -> Candidate:

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memory.model import MemoryClass
+from memory.model import MemoryClass, MemoryRecord
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,19 @@ class Candidate:
     @property
     def key(self) -> Key:
         return (self.kind, self.id)
+
+    @staticmethod
+    def of_record(record: MemoryRecord) -> Candidate:
+        """A long-term record as recall sees it (who said it: its attribution)."""
+        return Candidate(
+            "record",
+            record.id,
+            record.content,
+            str(record.scope),
+            record.created_at,
+            record.memory_class,
+            speaker=record.attribution,
+        )
 
     @property
     def prior_class(self) -> str:
@@ -150,12 +163,11 @@ def squash(scores: Mapping[Key, float]) -> dict[Key, float]:
 
 def named_in(query: str, speaker: str | None) -> bool:
     """Whether every word of `speaker`'s name is a word of `query` (ignoring case)."""
-    if not speaker:
-        return False
     return _named({w.lower() for w in _WORD.findall(query)}, speaker)
 
 
 def _named(words: Collection[str], speaker: str | None) -> bool:
+    """named_in for a query already split into lowercase words (fuse splits it once per turn)."""
     if not speaker:
         return False
     name = [w.lower() for w in _WORD.findall(speaker)]

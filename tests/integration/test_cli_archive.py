@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,24 +13,9 @@ from sqlalchemy.engine import Connection
 
 from memory.schema import archived_messages, sessions
 from memory.storage import Storage
+from tests.cli import run_cli
 
-REPO = Path(__file__).resolve().parents[2]
 WHEN = datetime(2026, 11, 30, 14, 5, tzinfo=UTC)
-
-
-async def _cli(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def _fill(conn: Connection) -> None:
@@ -101,7 +84,7 @@ async def _setup(tmp_path: Path) -> Path:
 async def test_search_the_archive_from_the_cli(tmp_path: Path) -> None:
     config = await _setup(tmp_path)
 
-    rc, out, _ = await _cli(
+    rc, out, _ = await run_cli(
         "--config", str(config), "memory", "search", "--archive", "where", "is", "the", "marmalade?"
     )
     assert rc == 0
@@ -110,7 +93,7 @@ async def test_search_the_archive_from_the_cli(tmp_path: Path) -> None:
     assert "[telegram:dm:2]" in out and "id 20" in out
     assert "public" not in out and "excluded" not in out
 
-    rc, out, _ = await _cli(
+    rc, out, _ = await run_cli(
         "--config", str(config), "memory", "search", "--archive", "--user", "bob", "--json", "marmalade"
     )
     assert rc == 0
@@ -119,24 +102,24 @@ async def test_search_the_archive_from_the_cli(tmp_path: Path) -> None:
     assert hits[0]["created_at"] == "2026-11-30T14:05:00+00:00" and hits[0]["score"] > 0
     assert hits[0]["content"] == "Bob's marmalade recipe uses bitter oranges"
 
-    rc, out, _ = await _cli("--config", str(config), "memory", "search", "--archive", "--limit", "1", "marmalade")
+    rc, out, _ = await run_cli("--config", str(config), "memory", "search", "--archive", "--limit", "1", "marmalade")
     assert rc == 0 and out.count("  id ") == 1
 
 
 async def test_no_hits_is_not_an_error(tmp_path: Path) -> None:
     config = await _setup(tmp_path)
-    rc, out, _ = await _cli("--config", str(config), "memory", "search", "--archive", "zeppelin")
+    rc, out, _ = await run_cli("--config", str(config), "memory", "search", "--archive", "zeppelin")
     assert (rc, out.strip()) == (0, "no archived messages match")
-    rc, out, _ = await _cli("--config", str(config), "memory", "search", "--archive", "--json", '"*(')
+    rc, out, _ = await run_cli("--config", str(config), "memory", "search", "--archive", "--json", '"*(')
     assert (rc, json.loads(out)) == (0, [])
 
 
 async def test_memory_search_needs_a_user_and_config_errors_exit_2(tmp_path: Path) -> None:
     config = await _setup(tmp_path)
-    rc, out, err = await _cli("--config", str(config), "memory", "search", "marmalade")
+    rc, out, err = await run_cli("--config", str(config), "memory", "search", "marmalade")
     assert rc == 2 and out == "" and "--user USER_ID is required" in err
 
     broken = tmp_path / "broken.yaml"
     broken.write_text("storage: [not, a, mapping]\n")
-    rc, _, err = await _cli("--config", str(broken), "memory", "search", "--archive", "marmalade")
+    rc, _, err = await run_cli("--config", str(broken), "memory", "search", "--archive", "marmalade")
     assert rc == 2 and err.strip()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.test_cli_archive import _cli
+from tests.cli import run_cli
 
 
 def _config(tmp_path: Path) -> Path:
@@ -42,7 +42,7 @@ async def test_import_search_as_a_user_and_export(tmp_path: Path) -> None:
             ]
         )
     )
-    rc, out, err = await _cli("--config", str(config), "memory", "import", str(good), "--scope", "personal:alice")
+    rc, out, err = await run_cli("--config", str(config), "memory", "import", str(good), "--scope", "personal:alice")
     assert rc == 0, err
     assert "imported 3 memories into personal:alice" in out
     # As the gateway needs users to exist, run it once: the CLI reads users from the database.
@@ -54,7 +54,7 @@ async def test_import_search_as_a_user_and_export(tmp_path: Path) -> None:
     finally:
         await storage.close()
 
-    rc, out, _ = await _cli(
+    rc, out, _ = await run_cli(
         "--config", str(config), "memory", "search", "--user", "alice", "--json", "deploys", "tuesdays"
     )
     assert rc == 0
@@ -62,10 +62,10 @@ async def test_import_search_as_a_user_and_export(tmp_path: Path) -> None:
     assert hits and hits[0]["content"] == "Alice's team deploys on Tuesdays"
     assert {"id", "content", "score", "scope", "memory_class", "provenance", "use_policy"} <= set(hits[0])
     assert hits[0]["provenance"] == "imported" and hits[0]["use_policy"]["can_use_as_instruction"] is True
-    rc, out, _ = await _cli("--config", str(config), "memory", "search", "--user", "bob", "deploys", "tuesdays")
+    rc, out, _ = await run_cli("--config", str(config), "memory", "search", "--user", "bob", "deploys", "tuesdays")
     assert rc == 0 and "Tuesdays" not in out  # Bob cannot recall Alice's personal memory
 
-    rc, out, err = await _cli("--config", str(config), "memory", "export", "--scope", "personal:alice")
+    rc, out, err = await run_cli("--config", str(config), "memory", "export", "--scope", "personal:alice")
     assert rc == 0 and "exported 3 memories" in err
     lines = [json.loads(line) for line in out.splitlines()]
     assert {line["content"] for line in lines} >= {"Alice's build runs on the arm64 runner"}
@@ -74,7 +74,7 @@ async def test_import_search_as_a_user_and_export(tmp_path: Path) -> None:
     # What export writes, import takes back.
     again = tmp_path / "again.jsonl"
     again.write_text(out)
-    rc, out, err = await _cli("--config", str(config), "memory", "import", str(again), "--scope", "personal:bob")
+    rc, out, err = await run_cli("--config", str(config), "memory", "import", str(again), "--scope", "personal:bob")
     assert rc == 0, err
 
 
@@ -93,12 +93,12 @@ async def test_a_bad_line_imports_nothing(tmp_path: Path) -> None:
             ]
         )
     )
-    rc, out, err = await _cli("--config", str(config), "memory", "import", str(bad), "--scope", "global")
+    rc, out, err = await run_cli("--config", str(config), "memory", "import", str(bad), "--scope", "global")
     assert rc == 2 and "nothing was imported" in err
     for n in (2, 3, 4, 5):
         assert f"line {n}:" in err
     assert "line 1:" not in err and secret not in err
-    rc, out, err = await _cli("--config", str(config), "memory", "export")
+    rc, out, err = await run_cli("--config", str(config), "memory", "export")
     assert rc == 0 and out == "" and "exported 0 memories" in err
-    rc, _, err = await _cli("--config", str(config), "memory", "import", str(bad), "--scope", "nowhere:x")
+    rc, _, err = await run_cli("--config", str(config), "memory", "import", str(bad), "--scope", "nowhere:x")
     assert rc == 2 and "unknown scope" in err

@@ -1,29 +1,11 @@
 from __future__ import annotations
 
-import asyncio
-import sys
 from pathlib import Path
 
 import yaml
 
 from memory.storage import Storage
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-async def _cli(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+from tests.cli import run_cli
 
 
 async def test_pairing_list_and_approve_from_the_cli(tmp_path: Path) -> None:
@@ -33,11 +15,11 @@ async def test_pairing_list_and_approve_from_the_cli(tmp_path: Path) -> None:
     code = await storage.pairing.request("telegram:77", "telegram", "Quinn")
     await storage.close()
 
-    rc, out, _ = await _cli("--config", str(config), "pairing", "list")
+    rc, out, _ = await run_cli("--config", str(config), "pairing", "list")
     assert rc == 0 and code in out and "telegram:77" in out and "Quinn" in out
-    rc, _, err = await _cli("--config", str(config), "pairing", "approve", "NOPE42")
+    rc, _, err = await run_cli("--config", str(config), "pairing", "approve", "NOPE42")
     assert rc == 1 and "no pairing request" in err
-    rc, out, _ = await _cli("--config", str(config), "pairing", "approve", code.lower())
+    rc, out, _ = await run_cli("--config", str(config), "pairing", "approve", code.lower())
     assert rc == 0 and "approved telegram:77" in out
 
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")

@@ -340,7 +340,7 @@ async def test_backfill_continues_a_partial_run_re_embeds_edits_and_drops_the_fo
 ) -> None:
     from memory.storage import Storage
     from memory.vectors import VectorStore, text_hash
-    from tests.integration.test_cli_archive import _cli
+    from tests.cli import run_cli
 
     config = _backfill_config(tmp_path)
     await _fill_for_backfill(tmp_path)
@@ -358,7 +358,7 @@ async def test_backfill_continues_a_partial_run_re_embeds_edits_and_drops_the_fo
     finally:
         await storage.close()
 
-    rc, out, err = await _cli("--config", str(config), "memory", "backfill-embeddings", "--batch", "8")
+    rc, out, err = await run_cli("--config", str(config), "memory", "backfill-embeddings", "--batch", "8")
     assert rc == 0, err
     # The trace and the tool result are not searchable; the edited record is due again.
     assert "27 to embed (record 22, archive 3, daily 2)" in err
@@ -379,18 +379,18 @@ async def test_backfill_continues_a_partial_run_re_embeds_edits_and_drops_the_fo
 
 
 async def test_backfill_force_and_a_config_without_embeddings(tmp_path: Path) -> None:
-    from tests.integration.test_cli_archive import _cli
+    from tests.cli import run_cli
 
     await _fill_for_backfill(tmp_path)
-    rc, _, err = await _cli("--config", str(_backfill_config(tmp_path, None)), "memory", "backfill-embeddings")
+    rc, _, err = await run_cli("--config", str(_backfill_config(tmp_path, None)), "memory", "backfill-embeddings")
     assert rc == 2 and "memory.search.provider is empty" in err
-    rc, _, err = await _cli(
+    rc, _, err = await run_cli(
         "--config", str(_backfill_config(tmp_path)), "memory", "backfill-embeddings", "--batch", "0"
     )
     assert rc == 2 and "--batch must be at least 1" in err
 
     config = _backfill_config(tmp_path)
-    rc, out, err = await _cli("--config", str(config), "memory", "backfill-embeddings", "--force")
+    rc, out, err = await run_cli("--config", str(config), "memory", "backfill-embeddings", "--force")
     assert rc == 0, err
     assert "35 to embed (record 30, archive 3, daily 2, everything again)" in err
     assert "embedded 35 items" in out
@@ -402,7 +402,7 @@ async def test_backfill_through_litellm_then_a_provider_that_fails(
 ) -> None:
     import yaml
 
-    from tests.integration.test_cli_archive import _cli
+    from tests.cli import run_cli
 
     await _fill_for_backfill(tmp_path)
 
@@ -420,7 +420,7 @@ async def test_backfill_through_litellm_then_a_provider_that_fails(
         )
         return path
 
-    rc, out, err = await _cli(
+    rc, out, err = await run_cli(
         "--config", str(config(f"{fake_embeddings.url}/v1")), "memory", "backfill-embeddings", "--batch", "16"
     )
     assert rc == 0, err
@@ -438,6 +438,6 @@ async def test_backfill_through_litellm_then_a_provider_that_fails(
     finally:
         await storage.close()
     await fake_embeddings.stop()  # the provider goes away: the run fails, says so, keeps what it had
-    rc, _, err = await _cli("--config", str(config(f"{fake_embeddings.url}/v1")), "memory", "backfill-embeddings")
+    rc, _, err = await run_cli("--config", str(config(f"{fake_embeddings.url}/v1")), "memory", "backfill-embeddings")
     assert rc == 1
     assert "0 items embedded and kept; run it again to continue" in err
