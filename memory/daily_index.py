@@ -11,13 +11,14 @@ was never altered (see daily.safe_component). A file is re-indexed only when it 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, literal_column, select, text
+from sqlalchemy import delete, insert, literal_column, or_, select, text
 from sqlalchemy.engine import Connection
 
 from memory.archive import fts_expression, informative_terms, query_terms
@@ -110,8 +111,6 @@ def _mtime(conn: Connection, rel: str) -> int | None:
 def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
     if conn.dialect.name != "sqlite":
         like = [daily_chunks.c.content.ilike(f"%{t}%") for t in terms]
-        from sqlalchemy import or_
-
         rows: Any = conn.execute(
             select(daily_chunks, literal_column("1.0").label("score"))
             .where(or_(*like), daily_chunks.c.scope.in_(list(scopes)))
@@ -156,8 +155,6 @@ def _daily_files(root: Path) -> list[Path]:
 
 
 def _json_list(values: Sequence[str]) -> str:
-    import json
-
     return json.dumps(list(values))
 
 
