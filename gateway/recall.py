@@ -27,14 +27,16 @@ from gateway.events import utcnow
 from gateway.logs import event
 from gateway.memory_service import MemoryService
 from memory import policy
+from memory.archive import neighbours_in as archive_neighbours
 from memory.archive import query_terms
 from memory.archive import search_in as archive_search
 from memory.daily_index import DailyIndex
+from memory.daily_index import neighbours_in as daily_neighbours
 from memory.daily_index import search_in as daily_search
 from memory.embeddings import Embedder, model_info
 from memory.model import ScopeKind
 from memory.policy import Actor, Where
-from memory.recall import Candidate, Key, RecallSettings, Retriever, Scored, describe, select
+from memory.recall import Candidate, Cooldown, Key, RecallSettings, Retriever, Scored, describe, select
 from memory.records import search_in as records_search
 from memory.storage import Storage
 from memory.vectors import VectorIndex, VectorStore, text_hash
@@ -79,9 +81,16 @@ class TurnRecall:
         self.settings = settings_from(config)
         self.vectors = VectorStore(storage.db)
         self.index: VectorIndex | None = None  # set once the embedder and the stored vectors are loaded
+        # Who may see an indexed item is its group (see _group); archived messages are visible by
+        # session key, or to the session's owner in their DMs: owner -> their session keys.
+        self._sessions_of: dict[str, set[str]] = {}
+        self._project_groups: set[str] = set()
+        self._groups_checked = utcnow()
         self._wake = asyncio.Event()
+        self._loaded = asyncio.Event()  # the index is loaded, or loading failed
+        self._sweeping = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._gate_logged = 0.0
+        self._cooldown = Cooldown()  # each degradation logged once per cooldown, per gateway
 
     # -- background: the embedder, the index, and embedding what is new ----------------------------
 
@@ -100,18 +109,21 @@ class TurnRecall:
         self._wake.set()
 
     async def caught_up(self, timeout: float = 60) -> None:
-        """Wait until every searchable item has a vector for the active model (tests, CLI)."""
+        """Once the index is loaded, embed and regroup everything outstanding now (tests, CLI)."""
+        if self.embedder is None:
+            return
         async with asyncio.timeout(timeout):
-            while self.index is None or await self._missing_any():
-                self._wake.set()
-                await asyncio.sleep(0.1)
+            await self._loaded.wait()
+            if self.index is None:
+                raise RuntimeError(f"embeddings unavailable: {self.embedder.model_id} failed to load")
+            while await self.sweep():
+                pass
 
-    async def _missing_any(self) -> bool:
-        assert self.embedder is not None
-        for kind in KINDS:
-            if await self.vectors.missing(kind, self.embedder.model_id, 1):
-                return True
-        return False
+    async def sweep(self) -> int:
+        """One pass of upkeep: regroup changed records, embed a batch of each kind. How many embedded."""
+        async with self._sweeping:
+            await self._regroup_changed_records()
+            return await self._embed_missing()
 
     async def _upkeep(self) -> None:
         assert self.embedder is not None
@@ -123,10 +135,11 @@ class TurnRecall:
                 await load()
             index = VectorIndex(embedder.model_id, embedder.dim or None)
             after = None
+            self._groups_checked = utcnow()
             while True:
                 page = await self.vectors.vectors(embedder.model_id, after=after)
-                for kind, item_id, vec in page:
-                    index.add(kind, item_id, vec)
+                index.add_many(page)
+                await self._place(index, page)
                 if not page:
                     break
                 after = (page[-1][0], page[-1][1])
@@ -149,9 +162,11 @@ class TurnRecall:
                 error=type(exc).__name__,
             )
             return
+        finally:
+            self._loaded.set()
         while True:
             try:
-                embedded = await self._embed_missing()
+                embedded = await self.sweep()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failing model or database: lexical recall goes on meanwhile
@@ -177,10 +192,53 @@ class TurnRecall:
             vecs = await self.embedder.embed_documents([text for _, text in batch])
             rows = [(item_id, text_hash(text), vecs[i]) for i, (item_id, text) in enumerate(batch)]
             await self.vectors.upsert(kind, rows, self.embedder.model_id)
-            for item_id, _digest, vec in rows:
-                self.index.add(kind, item_id, vec)
+            added = [(kind, item_id, vec) for item_id, _digest, vec in rows]
+            self.index.add_many(added)
+            await self._place(self.index, added)
             done += len(rows)
         return done
+
+    async def _place(self, index: VectorIndex, items: Sequence[tuple[str, str, Any]]) -> None:
+        """Put indexed items in their visibility groups (an item without one is found by nobody)."""
+        by_kind: dict[str, list[str]] = {}
+        for kind, item_id, _vec in items:
+            by_kind.setdefault(kind, []).append(item_id)
+        for kind, ids in by_kind.items():
+            places = await self.vectors.places(kind, ids)
+            index.set_groups(((kind, i), self._group(kind, place, owner)) for i, (place, owner) in places.items())
+
+    def _group(self, kind: str, place: str, owner: str | None) -> str:
+        group = f"{kind}|{place}"
+        if kind == "archive" and owner:
+            self._sessions_of.setdefault(owner, set()).add(place)
+        elif kind == "record" and place.startswith(ScopeKind.PROJECT.value + ":"):
+            self._project_groups.add(group)
+        return group
+
+    async def _regroup_changed_records(self) -> None:
+        """A record's scope can be narrowed after it was embedded (review): move it to its new group."""
+        if self.index is None:
+            return
+        since, self._groups_checked = self._groups_checked, utcnow()
+        changed = await self.vectors.records_changed(since)
+        self.index.set_groups((("record", i), self._group("record", scope, None)) for i, scope in changed)
+
+    def groups(
+        self,
+        scopes: Sequence[str],
+        daily_scopes: Sequence[str],
+        include_projects: bool,
+        archive_user: str | None,
+        archive_keys: Sequence[str],
+    ) -> set[str]:
+        """The index groups one person may see from where they are (the same rules as the lexical legs)."""
+        keys = set(archive_keys)
+        if archive_user is not None:
+            keys |= self._sessions_of.get(archive_user, set())
+        groups = {f"record|{s}" for s in scopes} | {f"daily|{s}" for s in daily_scopes} | {f"archive|{k}" for k in keys}
+        if include_projects:
+            groups |= self._project_groups
+        return groups
 
     # -- a turn's recall -----------------------------------------------------------------------------
 
@@ -196,15 +254,16 @@ class TurnRecall:
             legs.lexical,
             legs.load,
             vector=legs.vector if self.index is not None else None,
+            neighbours=legs.neighbours,
             embed_query=self.embedder.embed_query if self.embedder is not None and self.index is not None else None,
             calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
+            cooldown=self._cooldown,
         )
-        if self.embedder is not None and self.index is None:
-            legs.degraded("embedder_loading")
+        if self.embedder is not None and self.index is None and self._cooldown.ready("embedder_loading"):
+            event(log, "memory_recall_vector_degraded", logging.INFO, reason="embedder_loading")
         gate = self.config.memory.recall.relevance_gate.model
-        if gate and time.monotonic() - self._gate_logged > 300:
+        if gate and self._cooldown.ready("memory_recall_gate_degraded"):
             # No offline cross-encoder ships on PyPI: the second stage is skipped, and said so.
-            self._gate_logged = time.monotonic()
             event(log, "memory_recall_gate_degraded", logging.WARNING, model=gate, reason="no offline cross-encoder")
         event(
             log,
@@ -244,9 +303,6 @@ class _Legs:
         self.daily_scopes = [s for s in self.scopes if not s.startswith(ScopeKind.PROJECT.value + ":")]
         self.records: dict[str, Any] = {}  # record id → MemoryRecord, for the section labels
         self.cache: dict[Key, Candidate] = {}
-
-    def degraded(self, reason: str) -> None:
-        event(log, "memory_recall_vector_degraded", logging.INFO, reason=reason)
 
     def _record_candidate(self, record: Any) -> Candidate:
         self.records[record.id] = record
@@ -296,10 +352,34 @@ class _Legs:
         index = self.r.index
         if index is None:
             return []
-        # Everyone's items share the index: take more than asked, keep what this person may see.
-        raw = index.search(qvec, limit * 4 if only is None else len(only), set(only) if only is not None else None)
-        seen = await self.load([(kind, item_id) for kind, item_id, _ in raw])
-        return [((kind, item_id), cos) for kind, item_id, cos in raw if (kind, item_id) in seen][:limit]
+        if only is not None:  # lexical hits and neighbours: already this person's
+            return [((kind, item_id), cos) for kind, item_id, cos in index.search(qvec, len(only), set(only))]
+        # Only the groups this person may see are ranked; the loader then applies the full policy
+        # (status, expiry, review), which can still turn a few away: ask for more until enough pass.
+        groups = self.r.groups(
+            self.scopes, self.daily_scopes, self.include_projects, self.archive_user, self.archive_keys
+        )
+        want = limit * 2
+        while True:
+            raw = index.search(qvec, want, groups=groups)
+            seen = await self.load([(kind, item_id) for kind, item_id, _ in raw])
+            found = [((kind, item_id), cos) for kind, item_id, cos in raw if (kind, item_id) in seen]
+            if len(found) >= limit or len(raw) < want:
+                return found[:limit]
+            want *= 4
+
+    async def neighbours(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Key]]:
+        """Archived messages and daily chunks right next to these (a record stands alone)."""
+        messages = [int(i) for kind, i in keys if kind == "archive" and i.isdigit()]
+        chunks = [int(i) for kind, i in keys if kind == "daily" and i.isdigit()]
+        if not messages and not chunks:
+            return {}
+        near_messages, near_chunks = await self.r.storage.db.read(_neighbours_of, messages, chunks)
+        out: dict[Key, Sequence[Key]] = {}
+        for kind, near in (("archive", near_messages), ("daily", near_chunks)):
+            for item_id, ns in near.items():
+                out[(kind, str(item_id))] = [(kind, str(n)) for n in ns]
+        return out
 
     async def load(self, keys: Sequence[Key]) -> Mapping[Key, Candidate]:
         out = {k: self.cache[k] for k in keys if k in self.cache}
@@ -329,6 +409,12 @@ class _Legs:
 
     def _in_scope(self, scope: str) -> bool:
         return scope in self.scopes or (self.include_projects and scope.startswith(ScopeKind.PROJECT.value + ":"))
+
+
+def _neighbours_of(
+    conn: Connection, messages: Sequence[int], chunks: Sequence[int]
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    return archive_neighbours(conn, messages), daily_neighbours(conn, chunks)
 
 
 def _any(conn: Connection, table: str) -> bool:

@@ -362,6 +362,26 @@ def _visible_by_ids(
     return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
 
 
+def _neighbour_statement() -> Select[Any]:
+    a, b = archived_messages, archived_messages.alias("b")
+    near = [b.c.session_id == a.c.session_id, b.c.role.in_(_SEARCHED_ROLES)]
+    before = select(func.max(b.c.id)).where(*near, b.c.id < a.c.id).scalar_subquery()
+    after = select(func.min(b.c.id)).where(*near, b.c.id > a.c.id).scalar_subquery()
+    return select(a.c.id, before, after).where(a.c.id.in_(bindparam("ids", expanding=True)))
+
+
+_NEIGHBOURS = _neighbour_statement()
+
+
+def neighbours_in(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
+    """The searched messages right before and after each of `ids` in its session (the thread a
+    reply like "yes, last Sunday" belongs to). Same session, so visible to whoever sees `ids`."""
+    if not ids:
+        return {}
+    rows = conn.execute(_NEIGHBOURS, {"ids": list(ids)}).all()
+    return {row[0]: [n for n in (row[1], row[2]) if n is not None] for row in rows}
+
+
 def _count(conn: Connection, session_id: int | None) -> int:
     stmt = select(func.count()).select_from(archived_messages)
     if session_id is not None:

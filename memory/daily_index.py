@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, insert, literal_column, or_, select, text
+from sqlalchemy import bindparam, delete, insert, literal_column, or_, select, text
 from sqlalchemy.engine import Connection
 
 from memory.archive import fts_expression, informative_terms, query_terms
@@ -136,6 +136,22 @@ def _by_ids(conn: Connection, ids: Sequence[int], scopes: Sequence[str]) -> list
         select(daily_chunks).where(daily_chunks.c.id.in_(list(ids)), daily_chunks.c.scope.in_(list(scopes)))
     ).all()
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, 0.0) for r in rows]
+
+
+_NEIGHBOURS = text(
+    "SELECT c.id, p.id, n.id FROM daily_chunks c "
+    "LEFT JOIN daily_chunks p ON p.path = c.path AND p.chunk_no = c.chunk_no - 1 "
+    "LEFT JOIN daily_chunks n ON n.path = c.path AND n.chunk_no = c.chunk_no + 1 "
+    "WHERE c.id IN :ids"
+).bindparams(bindparam("ids", expanding=True))
+
+
+def neighbours_in(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
+    """The chunks right before and after each of `ids` in its daily file (same file, same scope)."""
+    if not ids:
+        return {}
+    rows = conn.execute(_NEIGHBOURS, {"ids": list(ids)}).all()
+    return {row[0]: [n for n in (row[1], row[2]) if n is not None] for row in rows}
 
 
 def _mtime_of(path: Path) -> int | None:

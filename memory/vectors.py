@@ -31,7 +31,22 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
-from sqlalchemy import ColumnElement, String, and_, case, cast, delete, exists, false, func, insert, or_, select, true
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    and_,
+    case,
+    cast,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    null,
+    or_,
+    select,
+    true,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
@@ -269,6 +284,28 @@ def _vectors(conn: Connection, model_id: str, after: ItemKey | None, limit: int)
     return out
 
 
+def _places(conn: Connection, kind: ItemKind, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    if kind == "archive":
+        key = archived_messages.c.id
+        frm = archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id)
+        stmt = select(key, sessions.c.key, sessions.c.user_id).select_from(frm)
+    else:
+        table = memory_records if kind == "record" else daily_chunks
+        key = table.c.id
+        stmt = select(key, table.c.scope, null())
+    values = [_key_value(kind, i) for i in ids if kind == "record" or i.isdigit()]
+    out: dict[str, tuple[str, str | None]] = {}
+    for start in range(0, len(values), _CHUNK):
+        rows = conn.execute(stmt.where(key.in_(values[start : start + _CHUNK]))).all()
+        out.update((str(r[0]), (r[1], r[2])) for r in rows)
+    return out
+
+
+def _records_changed(conn: Connection, since: datetime) -> list[tuple[str, str]]:
+    r = memory_records.c
+    return [(row.id, row.scope) for row in conn.execute(select(r.id, r.scope).where(r.updated_at > since))]
+
+
 class VectorStore:
     """Vectors on the database; every method is one transaction (upsert: one per call)."""
 
@@ -332,6 +369,16 @@ class VectorStore:
         """Delete vectors (of every model) whose item is gone or no longer searchable. How many."""
         return await self._db.write(_prune, now or datetime.now(UTC))
 
+    async def places(self, kind: str, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """Where each of these items lives, which decides who may see it: (scope, None) for records
+        and daily chunks, (session key, session owner) for archived messages. Gone items are left out."""
+        ids = [str(i) for i in ids]
+        return await self._db.read(_places, _kind(kind), ids) if ids else {}
+
+    async def records_changed(self, since: datetime) -> list[tuple[str, str]]:
+        """(record id, scope) of records updated after `since` (a scope may have been narrowed)."""
+        return await self._db.read(_records_changed, since)
+
     async def vectors(
         self, model_id: str, *, after: ItemKey | None = None, limit: int = _PAGE
     ) -> list[tuple[str, str, Vector]]:
@@ -341,6 +388,9 @@ class VectorStore:
 
 
 # --- the in-memory index ------------------------------------------------------------------------
+
+
+_NO_GROUP = -1
 
 
 def _lazy_is_cheaper(allowed: int, n: int, k: int) -> bool:
@@ -355,15 +405,23 @@ class VectorIndex:
 
     Rows live in one float32 matrix whose capacity doubles when full (adding is amortized O(dim));
     removing moves the last row into the hole, so rows [0, len) are always dense and a search is one
-    matrix-vector product over them. Not thread-safe: one event loop owns it."""
+    matrix-vector product over them. Not thread-safe: one event loop owns it.
+
+    Each row may belong to one *group* (a label such as a scope: who may see it), kept as a small
+    integer beside the row. A search restricted to some groups masks the scores of every other row
+    before the top-k: one vectorized pass, so a person who may see 1 % of the items still gets their
+    own top k, and a row without a group is in no group's results."""
 
     def __init__(self, model_id: str, dim: int | None = None, capacity: int = 1024) -> None:
         self.model_id = model_id
         self.dim = dim
         self._capacity = max(1, capacity)
         self._matrix: Vector | None = None if dim is None else np.empty((self._capacity, dim), dtype=np.float32)
+        self._group_of_row = np.full(self._capacity, _NO_GROUP, dtype=np.int32)
         self._keys: list[ItemKey] = []
         self._slots: dict[ItemKey, int] = {}
+        self._group_ids: dict[str, int] = {}
+        self._group_names: list[str] = []
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -375,8 +433,8 @@ class VectorIndex:
     def capacity(self) -> int:
         return 0 if self._matrix is None else self._matrix.shape[0]
 
-    def add(self, kind: str, item_id: str, vector: npt.ArrayLike) -> None:
-        """Add or replace the vector of (kind, item_id)."""
+    def add(self, kind: str, item_id: str, vector: npt.ArrayLike, group: str | None = None) -> None:
+        """Add or replace the vector of (kind, item_id), in `group` if given (else it keeps its group)."""
         vec = np.asarray(vector, dtype=np.float32)
         if vec.ndim != 1:
             raise ValueError(f"a vector must be 1-D, got shape {vec.shape}")
@@ -393,6 +451,8 @@ class VectorIndex:
             self._slots[key] = slot
         assert self._matrix is not None
         self._matrix[slot] = vec
+        if group is not None:
+            self._group_of_row[slot] = self._group_id(group)
 
     def add_many(self, items: Sequence[tuple[str, str, npt.ArrayLike]]) -> None:
         """add() for many (kind, item id, vector) at once: one copy into the matrix."""
@@ -428,15 +488,44 @@ class VectorIndex:
             assert self._matrix is not None
             moved = self._keys[last]
             self._matrix[slot] = self._matrix[last]
+            self._group_of_row[slot] = self._group_of_row[last]
             self._keys[slot] = moved
             self._slots[moved] = slot
+        self._group_of_row[last] = _NO_GROUP
         self._keys.pop()
         return True
 
-    def search(self, query: npt.ArrayLike, k: int, allow: Allow = None) -> list[tuple[str, str, float]]:
+    def set_groups(self, groups: Iterable[tuple[ItemKey, str]]) -> int:
+        """Put items already in the index into groups ((kind, id), group); keys not in the index
+        are ignored. How many were set."""
+        done = 0
+        for key, group in groups:
+            slot = self._slots.get(key)
+            if slot is not None:
+                self._group_of_row[slot] = self._group_id(group)
+                done += 1
+        return done
+
+    def group_of(self, kind: str, item_id: str) -> str | None:
+        slot = self._slots.get((kind, str(item_id)))
+        if slot is None or self._group_of_row[slot] == _NO_GROUP:
+            return None
+        return self._group_names[int(self._group_of_row[slot])]
+
+    def _group_id(self, group: str) -> int:
+        gid = self._group_ids.get(group)
+        if gid is None:
+            gid = self._group_ids[group] = len(self._group_names)
+            self._group_names.append(group)
+        return gid
+
+    def search(
+        self, query: npt.ArrayLike, k: int, allow: Allow = None, *, groups: Collection[str] | None = None
+    ) -> list[tuple[str, str, float]]:
         """The `k` items most similar to `query` (a unit vector) as (kind, item id, cosine), best
         first, exact. `allow` restricts the ranking to some items, before the top-k: a collection
-        of (kind, id) keys, or a predicate `allow(kind, id)`; None: everything.
+        of (kind, id) keys, or a predicate `allow(kind, id)`; None: everything. `groups` restricts
+        it to the items of those groups (with `allow` too: items that pass both).
 
         A small allowed set is scored on its own rows. For a large one, looking every key up (about
         0.5 us each: 25 ms for 50k keys) would cost more than the search, so membership is checked
@@ -449,6 +538,8 @@ class VectorIndex:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         if q.shape[0] != self.dim:
             raise ValueError(f"{self.model_id}: a {q.shape[0]}-dimensional query in a {self.dim}-dimensional index")
+        if groups is not None:
+            return self._search_groups(q, k, allow, groups)
         if allow is None:
             return self._top(self._matrix[:n] @ q, np.arange(n), k)
         if callable(allow):
@@ -465,6 +556,25 @@ class VectorIndex:
         slots.sort()  # reading the rows in memory order is faster
         return self._top(self._matrix[slots] @ q, slots, k)
 
+    def _search_groups(self, q: Vector, k: int, allow: Allow, groups: Collection[str]) -> list[tuple[str, str, float]]:
+        gids = [self._group_ids[g] for g in groups if g in self._group_ids]
+        if not gids:
+            return []
+        n = len(self._keys)
+        assert self._matrix is not None
+        inside = np.isin(self._group_of_row[:n], np.asarray(gids, dtype=np.int32))
+        slots = np.flatnonzero(inside)
+        if slots.size == 0:
+            return []
+        if slots.size * 4 < n:  # a small share: score its rows alone
+            scores = self._matrix[slots] @ q
+        else:  # most rows: one product over all, the others never picked
+            scores = (self._matrix[:n] @ q)[slots]
+        if allow is None:
+            return self._top(scores, slots, k)
+        accept = (lambda key: allow(*key)) if callable(allow) else allow.__contains__
+        return self._top_filtered(scores, k, accept, slots)
+
     def _top(
         self, scores: npt.NDArray[np.float32], slots: npt.NDArray[np.intp], k: int
     ) -> list[tuple[str, str, float]]:
@@ -474,10 +584,15 @@ class VectorIndex:
         return [(*self._keys[slots[i]], float(scores[i])) for i in order]
 
     def _top_filtered(
-        self, scores: npt.NDArray[np.float32], k: int, accept: Callable[[ItemKey], bool]
+        self,
+        scores: npt.NDArray[np.float32],
+        k: int,
+        accept: Callable[[ItemKey], bool],
+        slots: npt.NDArray[np.intp] | None = None,
     ) -> list[tuple[str, str, float]]:
         """Top-k of the items `accept` takes: candidates in score order from a pool that widens
-        (4 times each round) until k pass or every item was asked; each item is asked once."""
+        (4 times each round) until k pass or every item was asked; each item is asked once.
+        `scores[i]` is row `slots[i]`'s (None: row i's)."""
         n = scores.shape[0]
         pool = min(n, max(4 * k, 64))
         verdicts: dict[int, bool] = {}
@@ -485,13 +600,13 @@ class VectorIndex:
             part = np.argpartition(-scores, pool - 1)[:pool] if pool < n else np.arange(n)
             order = part[np.lexsort((part, -scores[part]))]  # best first; ties in insertion order
             found = []
-            for slot in order.tolist():
-                key = self._keys[slot]
-                ok = verdicts.get(slot)
+            for i in order.tolist():
+                key = self._keys[i if slots is None else int(slots[i])]
+                ok = verdicts.get(i)
                 if ok is None:
-                    ok = verdicts[slot] = bool(accept(key))
+                    ok = verdicts[i] = bool(accept(key))
                 if ok:
-                    found.append((*key, float(scores[slot])))
+                    found.append((*key, float(scores[i])))
                     if len(found) == k:
                         return found
             if pool >= n:
@@ -502,12 +617,15 @@ class VectorIndex:
         assert self.dim is not None
         if self._matrix is None:
             self._matrix = np.empty((max(self._capacity, size), self.dim), dtype=np.float32)
-            return
-        if size <= self._matrix.shape[0]:
-            return
-        grown = np.empty((max(size, 2 * self._matrix.shape[0]), self.dim), dtype=np.float32)
-        grown[: len(self._keys)] = self._matrix[: len(self._keys)]
-        self._matrix = grown
+        elif size > self._matrix.shape[0]:
+            grown = np.empty((max(size, 2 * self._matrix.shape[0]), self.dim), dtype=np.float32)
+            grown[: len(self._keys)] = self._matrix[: len(self._keys)]
+            self._matrix = grown
+        rows = self._matrix.shape[0]
+        if self._group_of_row.shape[0] < rows:
+            more = np.full(rows, _NO_GROUP, dtype=np.int32)
+            more[: self._group_of_row.shape[0]] = self._group_of_row
+            self._group_of_row = more
 
     async def load(self, store: VectorStore, model_id: str | None = None, *, page: int = 5000) -> int:
         """Add every vector `store` holds for this index's model (or `model_id`). How many."""

@@ -125,6 +125,70 @@ def test_both_set_paths_and_a_predicate_agree() -> None:
     assert index.search(query, 5, allow=lambda kind, item: False) == []
 
 
+@settings(max_examples=120, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    k=st.integers(1, 30),
+    ngroups=st.integers(1, 6),
+    wanted=st.sets(st.integers(0, 7), max_size=5),
+    removed=st.sets(st.integers(0, 119), max_size=40),
+    ungrouped=st.sets(st.integers(0, 119), max_size=10),
+    allow_some=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_group_search_is_top_k_of_those_groups(
+    n: int,
+    k: int,
+    ngroups: int,
+    wanted: set[int],
+    removed: set[int],
+    ungrouped: set[int],
+    allow_some: bool,
+    seed: int,
+) -> None:
+    """Whatever was added, moved by removals or left without a group, a search in some groups
+    ranks exactly the rows of those groups (and of `allow`, when given)."""
+    rng = np.random.default_rng(seed)
+    index = VectorIndex(MODEL, capacity=1)  # grows while adding: the groups must grow with it
+    rows: dict[tuple[str, str], Matrix] = {}
+    group: dict[tuple[str, str], str] = {}
+    for i, vec in enumerate(unit_rows(rng, n, 6)):
+        key = ("record", str(i))
+        rows[key] = vec
+        if i in ungrouped:
+            index.add(*key, vec)
+        else:
+            group[key] = f"g{i % ngroups}"
+            index.add(*key, vec, group=group[key])
+    for i in removed & set(range(n)):
+        assert index.remove("record", str(i))
+        rows.pop(("record", str(i)))
+    names = {f"g{w}" for w in wanted}  # some name groups nobody is in
+    allow = {key for j, key in enumerate(rows) if j % 2} if allow_some else None
+    query = unit_rows(rng, 1, 6)[0]
+    inside = {key: v for key, v in rows.items() if group.get(key) in names and (allow is None or key in allow)}
+    found = index.search(query, k, allow, groups=names)
+    assert_same_top(found, brute_force(inside, query, k))
+    for kind, item, _ in found:
+        assert index.group_of(kind, item) in names
+
+
+def test_groups_follow_set_groups_and_replacement() -> None:
+    index = VectorIndex(MODEL)
+    a, b = unit_rows(np.random.default_rng(1), 2, 4)
+    index.add("record", "1", a, group="personal:alice")
+    index.add("archive", "2", b)
+    assert index.search(a, 5, groups={"personal:bob"}) == []
+    assert index.set_groups([(("archive", "2"), "personal:bob"), (("daily", "9"), "global")]) == 1
+    assert [item for _, item, _ in index.search(a, 5, groups={"personal:bob"})] == ["2"]
+    index.add("record", "1", a, group="personal:bob")  # a narrowed scope: the new group, not both
+    assert {item for _, item, _ in index.search(a, 5, groups={"personal:bob"})} == {"1", "2"}
+    assert index.search(a, 5, groups={"personal:alice"}) == []
+    index.add("record", "1", b)  # a new vector without a group keeps the one it had
+    assert index.group_of("record", "1") == "personal:bob"
+    assert index.search(a, 5, groups=set()) == []
+
+
 def test_a_predicate_is_asked_once_per_item_even_when_the_pool_widens() -> None:
     rng = np.random.default_rng(3)
     index = VectorIndex(MODEL)
