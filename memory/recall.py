@@ -24,14 +24,19 @@ is evidence recall@10 over its categories 1-4, each conversation its own pool):
   speaker is named in the query is multiplied by 1 + speaker_boost. +2-3 points on top of neighbours.
 - Class prior: durable facts over evidence, archive and daily notes a little lower; traces never.
 - Recency: `floor + (1 - floor) * 0.5 ** (age / half_life)`: a 30-day half-life that never takes an
-  old memory below RECENCY_FLOOR (0.9) of its score. Recency breaks near-ties in favour of what was
+  old memory below RECENCY_FLOOR (0.95) of its score. Recency breaks near-ties in favour of what was
   said lately; it must not bury what was said months ago, which long-term memory exists for. On
-  LoCoMo, where evidence is spread evenly over months, a floor of 0.6 cost 9 points, 0.8 two, 0.9 one.
+  LoCoMo, where evidence is spread evenly over months, a floor of 0.6 cost 9 points, 0.8 two, 0.9 one,
+  0.95 half a point.
 - Cosine floor: a candidate whose cosine is below the model's calibrated floor is not about the
-  question and is dropped, whatever its other scores; one without a vector (not embedded yet) is
-  scored on the lexical leg alone (the caller logs the coverage gap); one with neither is dropped.
+  question and is dropped, whatever its other scores, unless it sits right next to a candidate
+  above the floor (`floor_spares_thread`: a short reply says little on its own; its thread says the
+  rest; +0.2 points). One without a vector (not embedded yet) is scored on the lexical leg alone (the
+  caller logs the coverage gap); one with neither is dropped.
 
 Tried and dropped (measured, no gain): reciprocal-rank fusion (-5), min-max on cosines too (-1.7),
+pseudo-relevance feedback on the query vector (mean of the top 3-10 added at 0.3-1.0: -1.4 to +0.1),
+a vector pool of 100 or a lexical pool of 30 (-0.1, -0.2),
 a boost for memories dated in a month or day the query names (±0.1), at most N per session (-1 to
 -5), summing both neighbours instead of taking the best (-1).
 
@@ -63,7 +68,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (kind, id), as memory.vectors names items
 Vector = npt.NDArray[np.float32]
 
-RECENCY_FLOOR = 0.9
+RECENCY_FLOOR = 0.95
 DEFAULT_PRIORS: Mapping[str, float] = MappingProxyType(
     {
         MemoryClass.DURABLE_FACT.value: 1.0,
@@ -125,9 +130,10 @@ class Scored:
 class RecallSettings:
     vector_weight: float = 0.7
     lexical_weight: float = 0.3
-    neighbour_weight: float = 0.5
+    neighbour_weight: float = 0.6
     neighbour_decay: float = 0.5  # the weight of each further step, relative to the one before
-    neighbour_reach: int = 2  # steps along the thread
+    neighbour_reach: int = 3  # steps along the thread
+    floor_spares_thread: bool = True  # a reply below the floor next to a hit above it is kept
     speaker_boost: float = 0.3
     recency_half_life_days: float = 30.0  # 0: no recency
     recency_floor: float = RECENCY_FLOOR
@@ -191,6 +197,7 @@ def fuse(
     lexical = squash({k: c.lexical for k, c in pool.items() if c.lexical is not None})
     total = settings.vector_weight + settings.lexical_weight
     base: dict[Key, tuple[float, float, float]] = {}  # key: (base score, lexical part, vector part)
+    below: dict[Key, tuple[float, float, float]] = {}
     for k, c in pool.items():
         lex = lexical.get(k, 0.0)
         if c.cosine is None:
@@ -198,10 +205,13 @@ def fuse(
                 continue  # neither leg scored it
             base[k] = (total * lex, lex, 0.0)  # coverage gap: the lexical leg alone, at full weight
         elif min_cosine is not None and c.cosine < min_cosine:
-            continue
+            below[k] = (settings.vector_weight * c.cosine + settings.lexical_weight * lex, lex, c.cosine)
         else:
             base[k] = (settings.vector_weight * c.cosine + settings.lexical_weight * lex, lex, c.cosine)
     adjacent = _mutual(neighbours or {})
+    if settings.floor_spares_thread:  # below the floor, but right next to a candidate above it
+        spared = {k: v for k, v in below.items() if any(n in base for n in adjacent.get(k, ()))}
+        base.update(spared)  # only next to a hit above the floor, not next to another spared one
     query_words = {w.lower() for w in _WORD.findall(query)}  # once, not once per candidate
     out = []
     for k, (score, lex, vec) in base.items():

@@ -194,6 +194,20 @@ def test_neighbours_lift_by_the_best_at_each_step() -> None:
     assert scores(one_step) == {"b": 0.49, "c": 0.35, "a": 0.35, "d": 0.21}
 
 
+def test_the_floor_spares_a_reply_next_to_a_hit_and_nothing_else() -> None:
+    # "Did you go to the club?" (above the floor) - "Yes, last Sunday" (below it) - an unrelated
+    # turn below it two steps away, and a lone one below it elsewhere.
+    items = [cand("q", 0.9, 0.5), cand("yes", None, 0.1), cand("later", None, 0.1), cand("lone", None, 0.1)]
+    q, yes, later = ("record", "q"), ("record", "yes"), ("record", "later")
+    settings = replace(BARE, neighbour_weight=0.5, neighbour_reach=2)
+    thread = {q: [yes], yes: [later]}
+    ranked = fuse(items, settings, NOW, min_cosine=0.2, neighbours=thread)
+    assert order(ranked) == ["q", "yes"]  # its own 0.07 plus half of q's 0.65
+    assert scores(ranked)["yes"] == pytest.approx(0.07 + 0.5 * 0.65)
+    strict = fuse(items, replace(settings, floor_spares_thread=False), NOW, min_cosine=0.2, neighbours=thread)
+    assert order(strict) == ["q"]
+
+
 def test_a_speaker_named_in_the_query_is_boosted() -> None:
     items = [cand("hers", None, 0.5, speaker="Caroline"), cand("his", None, 0.6, speaker="Jon Smith")]
     settings = replace(BARE, speaker_boost=0.3)
