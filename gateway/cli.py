@@ -1,4 +1,5 @@
-"""`clawgate` command line: run the gateway, check the config, approve pairings, search the archive."""
+"""`clawgate` command line: run the gateway, check the config, diagnose a deployment (doctor),
+approve pairings, and the memory tools (gateway/cli_memory.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="configuration tools")
     cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     cfg_sub.add_parser("check", help="validate config.yaml and list every problem")
+    doctor = sub.add_parser(
+        "doctor",
+        help="check config, database, disk and recall; a fix for each problem (exit 1 when one failed)",
+        description="Named checks, each ok, info, warn, fail or skip (what it needs is broken), with a fix "
+        "for each problem. Reads only: it neither migrates the database nor loads the embedding model.",
+    )
+    doctor.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     pairing = sub.add_parser("pairing", help="people waiting to talk to the assistant (dm_policy: pairing)")
     pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND")
     pairing_sub.add_parser("list", help="list pending pairing requests")
@@ -47,10 +55,16 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    agents = ", ".join(a.name for a in config.agents.list)
-    model = config.agents.list[0].model or config.ai.model or "(none)"
-    print(f"{path}: OK (agents: {agents}; model: {model}; channels: {', '.join(config.channels) or 'none'})")
+    from gateway.doctor import config_summary
+
+    print(f"{path}: OK ({config_summary(config)})")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gateway import doctor
+
+    return doctor.main(_config_path(args), as_json=args.json)
 
 
 def cmd_pairing(args: argparse.Namespace) -> int:
@@ -113,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "config" and args.config_command == "check":
         return cmd_config_check(args)
+    if args.command == "doctor":
+        return cmd_doctor(args)
     if args.command == "pairing" and args.pairing_command in ("list", "approve"):
         return cmd_pairing(args)
     if args.command == "memory":

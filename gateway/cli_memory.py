@@ -1,20 +1,21 @@
-"""`clawgate memory …`: search what a person could recall (or the session archive), import and export
-long-term memories, embed what recall searches. The operator at the shell runs these, but a search
+"""`clawgate memory …`: import and export long-term memories, embed what recall searches, and search
+what a person could recall (gateway/cli_search.py). The operator at the shell runs these, but a search
 `--user` answers exactly as the gateway would answer that person: the same policy, the same filters."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gateway import cli_search
+from gateway.cli_common import embedder_from_config, record_json, with_storage
 from gateway.config import Config
 from gateway.config_load import ConfigError, load_config
 
@@ -35,12 +36,7 @@ PROGRESS_EVERY_LOG = 5.0  # seconds between progress lines otherwise (a log, a p
 def add_parsers(sub: Any) -> None:
     mem = sub.add_parser("memory", help="what the assistant remembers")
     mem_sub = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
-    search = mem_sub.add_parser("search", help="what a user could recall, best first (or --archive)")
-    search.add_argument("--archive", action="store_true", help="search archived conversation messages instead")
-    search.add_argument("--user", metavar="USER_ID", help="as this user (required for long-term memory)")
-    search.add_argument("--limit", type=int, default=10, help="at most this many hits (1-50, default 10)")
-    search.add_argument("--json", action="store_true", help="print the hits as JSON")
-    search.add_argument("query", nargs="+", metavar="QUERY")
+    cli_search.add_parser(mem_sub)
     imp = mem_sub.add_parser("import", help="import memories from a JSONL file (all or nothing)")
     imp.add_argument("file", type=Path, metavar="FILE.jsonl")
     imp.add_argument("--scope", required=True, help="personal:<user>, channel:<conversation>, project:<name> or global")
@@ -59,7 +55,7 @@ def add_parsers(sub: Any) -> None:
 
 def run(args: argparse.Namespace, config_path: Path) -> int:
     handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
-        "search": _search,
+        "search": cli_search.run,
         "import": _import,
         "export": _export,
         "backfill-embeddings": _backfill,
@@ -77,93 +73,6 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
         print(exc, file=sys.stderr)
         return 2
     return handler(args, config)
-
-
-def _with_storage(config: Config, work: Callable[[Storage], Coroutine[Any, Any, int]]) -> int:
-    from memory.storage import Storage
-
-    async def main() -> int:
-        storage = await Storage.open(config.storage.resolved_database_url)
-        try:
-            return await work(storage)
-        finally:
-            await storage.close()
-
-    return asyncio.run(main())
-
-
-# -- search -----------------------------------------------------------------------------------------
-
-
-def _search(args: argparse.Namespace, config: Config) -> int:
-    if args.archive:
-        return _search_archive(args, config)
-    if not args.user:
-        print("clawgate memory search: --user USER_ID is required (memory is searched as one person)", file=sys.stderr)
-        return 2
-
-    async def work(storage: Storage) -> int:
-        from gateway.memory_service import MemoryService
-        from memory.policy import Actor
-
-        user = await storage.identities.get_user(args.user)
-        if user is None:
-            print(f"clawgate memory search: no user {args.user!r}", file=sys.stderr)
-            return 2
-        service = MemoryService(config, storage.records, [])
-        actor = Actor(user.id, frozenset(user.roles), "chat")
-        found = await service.search(actor, service.where("personal", None), " ".join(args.query), args.limit)
-        if args.json:
-            print(json.dumps([_record_json(f.record, f.score) for f in found], ensure_ascii=False, indent=2))
-            return 0
-        from gateway.memory_service import describe
-
-        for f in found:
-            print(f"{describe(f.record)}  (score {f.score:.3g})")
-        if not found:
-            print(f"nothing {user.id} could recall matches")
-        return 0
-
-    return _with_storage(config, work)
-
-
-def _record_json(record: Any, score: float | None = None) -> dict[str, Any]:
-    out = {
-        "id": record.id,
-        "content": record.content,
-        "scope": str(record.scope),
-        "memory_class": record.memory_class.value,
-        "provenance": record.provenance.value,
-        "use_policy": dataclasses.asdict(record.use_policy),
-        "review_status": record.review_status.value,
-        "created_at": record.created_at.isoformat(),
-        "source": record.source,
-    }
-    if score is not None:
-        out["score"] = score
-    return out
-
-
-def _search_archive(args: argparse.Namespace, config: Config) -> int:
-    async def work(storage: Storage) -> int:
-        hits = await storage.archive.search(" ".join(args.query), user_id=args.user, limit=args.limit)
-        if args.json:
-            rows = []
-            for h in hits:
-                row = dataclasses.asdict(h)
-                row["created_at"], row["archived_at"] = h.created_at.isoformat(), h.archived_at.isoformat()
-                rows.append(row)
-            print(json.dumps(rows, ensure_ascii=False, indent=2))
-            return 0
-        for h in hits:
-            who = f"{h.role} ({h.author})" if h.author else h.role
-            print(f"[{h.session_key}] {h.created_at:%Y-%m-%d %H:%M}Z {who}: {h.snippet}")
-            print(f"  id {h.id}  score {h.score:.3g}")
-        if not hits:
-            print("no archived messages match")
-        return 0
-
-    return _with_storage(config, work)
 
 
 # -- import / export --------------------------------------------------------------------------------
@@ -277,7 +186,7 @@ def _import(args: argparse.Namespace, config: Config) -> int:
         print(f"imported {len(ids)} memories into {scope} in {time.perf_counter() - started:.1f} s")
         return 0
 
-    return _with_storage(config, work)
+    return with_storage(config, work)
 
 
 def _export(args: argparse.Namespace, config: Config) -> int:
@@ -296,7 +205,7 @@ def _export(args: argparse.Namespace, config: Config) -> int:
             while True:
                 page = await storage.records.list(scopes=scopes, limit=PAGE, offset=offset)
                 for record in page:
-                    out.write(json.dumps(_record_json(record), ensure_ascii=False) + "\n")
+                    out.write(json.dumps(record_json(record), ensure_ascii=False) + "\n")
                 count += len(page)
                 offset += len(page)
                 if len(page) < PAGE:
@@ -307,7 +216,7 @@ def _export(args: argparse.Namespace, config: Config) -> int:
         print(f"exported {count} memories", file=sys.stderr)
         return 0
 
-    return _with_storage(config, work)
+    return with_storage(config, work)
 
 
 # -- backfill-embeddings ----------------------------------------------------------------------------
@@ -356,30 +265,12 @@ class Progress:
             self._stream.flush()
 
 
-def _embedder_from_config(config: Config) -> Embedder | None:
-    """The embedder memory.search configures (read defensively: older configs lack some keys)."""
-    from memory.embeddings import make_embedder
-
-    search = getattr(config.memory, "search", None)
-    provider = getattr(search, "provider", "local") if search is not None else "local"
-    api_key: Any = getattr(search, "api_key", None)
-    if hasattr(api_key, "get_secret_value"):
-        api_key = api_key.get_secret_value()
-    return make_embedder(
-        provider,
-        getattr(search, "model", None),
-        threads=getattr(search, "threads", 1),
-        api_base=getattr(search, "api_base", None),
-        api_key=api_key,
-    )
-
-
 def _backfill(args: argparse.Namespace, config: Config) -> int:
     if args.batch < 1:
         print("clawgate memory backfill-embeddings: --batch must be at least 1", file=sys.stderr)
         return 2
     try:
-        embedder = _embedder_from_config(config)
+        embedder = embedder_from_config(config)
     except ValueError as exc:
         print(f"clawgate memory backfill-embeddings: {exc}", file=sys.stderr)
         return 2
@@ -392,7 +283,7 @@ def _backfill(args: argparse.Namespace, config: Config) -> int:
         return 2
     progress: list[Progress] = []  # set once counted; read after an interruption
     try:
-        return _with_storage(config, lambda storage: _run_backfill(storage, embedder, args, progress))
+        return with_storage(config, lambda storage: _run_backfill(storage, embedder, args, progress))
     except KeyboardInterrupt:
         done = progress[0].done if progress else 0
         if args.force:  # nothing marks the rest as due: they keep their earlier vectors

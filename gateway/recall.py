@@ -34,9 +34,9 @@ from memory.daily_index import DailyIndex
 from memory.daily_index import neighbours_in as daily_neighbours
 from memory.daily_index import search_in as daily_search
 from memory.embeddings import Embedder, model_info
-from memory.model import ScopeKind
+from memory.model import MemoryRecord, ScopeKind
 from memory.policy import Actor, Where
-from memory.recall import Candidate, Cooldown, Key, RecallSettings, Retriever, Scored, describe, select
+from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select
 from memory.records import search_in as records_search
 from memory.storage import Storage
 from memory.vectors import VectorIndex, VectorStore, text_hash
@@ -70,7 +70,7 @@ class TurnRecall:
         config: Config,
         storage: Storage,
         memory: MemoryService,
-        daily: DailyIndex,
+        daily: DailyIndex | None,
         embedder: Embedder | None,
     ) -> None:
         self.config = config
@@ -125,32 +125,38 @@ class TurnRecall:
             await self._regroup_changed_records()
             return await self._embed_missing()
 
-    async def _upkeep(self) -> None:
+    async def open_index(self) -> None:
+        """Load the model and every stored vector of it into the index (grouped by who may see
+        each item). Raises whatever loading the model raises."""
         assert self.embedder is not None
         embedder = self.embedder
         started = time.perf_counter()
+        load = getattr(embedder, "load", None)
+        if load is not None:
+            await load()
+        index = VectorIndex(embedder.model_id, embedder.dim or None)
+        after = None
+        self._groups_checked = utcnow()
+        while True:
+            page = await self.vectors.vectors(embedder.model_id, after=after)
+            index.add_many(page)
+            await self._place(index, page)
+            if not page:
+                break
+            after = (page[-1][0], page[-1][1])
+        self.index = index
+        event(
+            log,
+            "embeddings_ready",
+            model=embedder.model_id,
+            vectors=len(index),
+            ms=(time.perf_counter() - started) * 1000,
+        )
+
+    async def _upkeep(self) -> None:
+        assert self.embedder is not None
         try:
-            load = getattr(embedder, "load", None)
-            if load is not None:
-                await load()
-            index = VectorIndex(embedder.model_id, embedder.dim or None)
-            after = None
-            self._groups_checked = utcnow()
-            while True:
-                page = await self.vectors.vectors(embedder.model_id, after=after)
-                index.add_many(page)
-                await self._place(index, page)
-                if not page:
-                    break
-                after = (page[-1][0], page[-1][1])
-            self.index = index
-            event(
-                log,
-                "embeddings_ready",
-                model=embedder.model_id,
-                vectors=len(index),
-                ms=(time.perf_counter() - started) * 1000,
-            )
+            await self.open_index()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -242,38 +248,53 @@ class TurnRecall:
 
     # -- a turn's recall -----------------------------------------------------------------------------
 
+    async def rank(
+        self,
+        actor: Actor,
+        where: Where,
+        query: str,
+        *,
+        kinds: Collection[str] = KINDS,
+        settings: RecallSettings | None = None,
+    ) -> tuple[Recall, Mapping[str, MemoryRecord]]:
+        """Everything `actor` may recall for `query` from `where`, best first (of `kinds` only), and
+        the records among them by id. sections() picks a turn's share; the CLI's search shows it."""
+        settings = settings or self.settings
+        legs = _Legs(self, actor, where, kinds)
+        vectors = self.index is not None and self.embedder is not None
+        retriever = Retriever(
+            settings,
+            legs.lexical,
+            legs.load,
+            vector=legs.vector if vectors else None,
+            neighbours=legs.neighbours,
+            embed_query=self.embedder.embed_query if vectors and self.embedder is not None else None,
+            calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
+            cooldown=self._cooldown,
+        )
+        event(
+            log,
+            "memory_retrieval_request_plan",
+            legs="lexical+vector" if vectors else "lexical",
+            scopes=len(legs.scopes),
+            lexical_pool=settings.lexical_pool,
+            vector_pool=settings.vector_pool,
+        )
+        return await retriever.recall(query, utcnow()), legs.records
+
     async def sections(self, actor: Actor, where: Where, query: str) -> list[Section]:
         """What the prompt should carry for this turn: instruction-grade memories, evidence, and
         earlier notes and messages, each a section (lowest priority dropped first by the budget)."""
         if not self.config.memory.enabled or where.audience == "public" or actor.is_public or not query.strip():
             return []
         started = time.perf_counter()
-        legs = _Legs(self, actor, where)
-        retriever = Retriever(
-            self.settings,
-            legs.lexical,
-            legs.load,
-            vector=legs.vector if self.index is not None else None,
-            neighbours=legs.neighbours,
-            embed_query=self.embedder.embed_query if self.embedder is not None and self.index is not None else None,
-            calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
-            cooldown=self._cooldown,
-        )
         if self.embedder is not None and self.index is None and self._cooldown.ready("embedder_loading"):
             event(log, "memory_recall_vector_degraded", logging.INFO, reason="embedder_loading")
         gate = self.config.memory.recall.relevance_gate.model
         if gate and self._cooldown.ready("memory_recall_gate_degraded"):
             # No offline cross-encoder ships on PyPI: the second stage is skipped, and said so.
             event(log, "memory_recall_gate_degraded", logging.WARNING, model=gate, reason="no offline cross-encoder")
-        event(
-            log,
-            "memory_retrieval_request_plan",
-            legs="lexical+vector" if self.index is not None else "lexical",
-            scopes=len(legs.scopes),
-            lexical_pool=self.settings.lexical_pool,
-            vector_pool=self.settings.vector_pool,
-        )
-        recall = await retriever.recall(query, utcnow())
+        recall, records = await self.rank(actor, where, query)
         chosen = select(recall.ranked, self.settings.max_chars, self.settings.k)
         event(log, "memory_retrieval_candidate_selection", candidates=len(recall.ranked), chosen=len(chosen))
         event(
@@ -282,13 +303,13 @@ class TurnRecall:
             **{k: v for k, v in describe(recall).items() if not isinstance(v, (list, dict))},
         )
         event(log, "turn_memory_recall", count=len(chosen), ms=(time.perf_counter() - started) * 1000)
-        return _sections(chosen, legs.records)
+        return _sections(chosen, records)
 
 
 class _Legs:
     """The retriever's callables for one person in one conversation, every one behind the policy."""
 
-    def __init__(self, recall: TurnRecall, actor: Actor, where: Where) -> None:
+    def __init__(self, recall: TurnRecall, actor: Actor, where: Where, kinds: Collection[str] = KINDS) -> None:
         self.r = recall
         self.actor = actor
         self.where = where
@@ -300,11 +321,17 @@ class _Legs:
         )
         if not where.conversation:
             self.archive_keys = []
+        if "archive" not in kinds:
+            self.archive_user, self.archive_keys = None, []
         self.daily_scopes = [s for s in self.scopes if not s.startswith(ScopeKind.PROJECT.value + ":")]
-        self.records: dict[str, Any] = {}  # record id → MemoryRecord, for the section labels
+        if "daily" not in kinds or recall.daily is None:
+            self.daily_scopes = []
+        if "record" not in kinds:
+            self.scopes, self.include_projects = [], False
+        self.records: dict[str, MemoryRecord] = {}  # record id → record, for the section labels
         self.cache: dict[Key, Candidate] = {}
 
-    def _record_candidate(self, record: Any) -> Candidate:
+    def _record_candidate(self, record: MemoryRecord) -> Candidate:
         self.records[record.id] = record
         return Candidate.of_record(record)
 
@@ -400,7 +427,7 @@ class _Legs:
             ):
                 c = self._archive_candidate(h)
                 out[c.key] = self.cache[c.key] = c
-        if by_kind.get("daily"):
+        if by_kind.get("daily") and self.daily_scopes and self.r.daily is not None:
             ids = [int(i) for i in by_kind["daily"] if i.isdigit()]
             for hit in await self.r.daily.visible(ids, scopes=self.daily_scopes):
                 dc = self._daily_candidate(hit)
@@ -421,7 +448,7 @@ def _any(conn: Connection, table: str) -> bool:
     return conn.exec_driver_sql(f"SELECT 1 FROM {table} LIMIT 1").first() is not None
 
 
-def _sections(chosen: Sequence[Scored], records: Mapping[str, Any]) -> list[Section]:
+def _sections(chosen: Sequence[Scored], records: Mapping[str, MemoryRecord]) -> list[Section]:
     follow: list[str] = []
     weigh: list[str] = []
     notes: list[str] = []

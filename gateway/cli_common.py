@@ -1,0 +1,62 @@
+"""What several `clawgate` subcommands share: the database for one command, a memory record as
+JSON, and the embedder the config asks for (built, not loaded)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from gateway.config import Config
+
+if TYPE_CHECKING:
+    from memory.embeddings import Embedder
+    from memory.storage import Storage
+
+
+def with_storage(config: Config, work: Callable[[Storage], Coroutine[Any, Any, int]]) -> int:
+    """Open the database (migrated to the newest schema), run `work` on it, close it: its exit code."""
+    from memory.storage import Storage
+
+    async def main() -> int:
+        storage = await Storage.open(config.storage.resolved_database_url)
+        try:
+            return await work(storage)
+        finally:
+            await storage.close()
+
+    return asyncio.run(main())
+
+
+def record_json(record: Any, score: float | None = None) -> dict[str, Any]:
+    """A long-term memory as `memory export` writes it and `memory search --json` shows it."""
+    out = {
+        "id": record.id,
+        "content": record.content,
+        "scope": str(record.scope),
+        "memory_class": record.memory_class.value,
+        "provenance": record.provenance.value,
+        "use_policy": dataclasses.asdict(record.use_policy),
+        "review_status": record.review_status.value,
+        "created_at": record.created_at.isoformat(),
+        "source": record.source,
+    }
+    if score is not None:
+        out["score"] = score
+    return out
+
+
+def embedder_from_config(config: Config) -> Embedder | None:
+    """The embedder memory.search configures; None for keyword search only. Cheap: the model is
+    loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run."""
+    from memory.embeddings import make_embedder
+
+    search = config.memory.search
+    return make_embedder(
+        search.provider,
+        search.model,
+        threads=search.threads,
+        api_base=search.api_base,
+        api_key=search.api_key.get_secret_value() if search.api_key else None,
+    )
