@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
 
 from memory.embeddings import Embedder, make_embedder, model_info, normalize  # noqa: E402
 from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
-from memory.recall import Candidate, Key, RecallSettings, Retriever, Vector  # noqa: E402
+from memory.recall import Candidate, Key, RecallSettings, Retriever, Vector, walk  # noqa: E402
 from memory.records import NewRecord, RecordStore  # noqa: E402
 from memory.storage import Storage  # noqa: E402
 from memory.vectors import VectorIndex  # noqa: E402
@@ -245,8 +245,8 @@ class Bench:
         async def load(keys: Sequence[Key]) -> dict[Key, Candidate]:
             return {("record", r.id): Candidate.of_record(r) for r in await self.store.get_many([i for _, i in keys])}
 
-        async def adjacent(keys: Sequence[Key]) -> dict[Key, list[Key]]:
-            return {k: self.adjacent.get(k, []) for k in keys}
+        async def adjacent(keys: Sequence[Key], reach: int) -> dict[Key, list[Key]]:
+            return walk(lambda ks: {k: self.adjacent.get(k, []) for k in ks}, keys, reach)
 
         return Retriever(
             settings,

@@ -30,13 +30,15 @@ from memory import policy
 from memory.archive import neighbours_in as archive_neighbours
 from memory.archive import query_terms
 from memory.archive import search_in as archive_search
+from memory.archive import visible_in as archive_visible
 from memory.daily_index import DailyIndex
 from memory.daily_index import neighbours_in as daily_neighbours
 from memory.daily_index import search_in as daily_search
+from memory.daily_index import visible_in as daily_visible
 from memory.embeddings import Embedder, model_info
 from memory.model import MemoryRecord, ScopeKind
 from memory.policy import Actor, Where
-from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select
+from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select, walk
 from memory.records import search_in as records_search
 from memory.storage import Storage
 from memory.vectors import VectorIndex, VectorStore, text_hash
@@ -395,18 +397,32 @@ class _Legs:
                 return found[:limit]
             want *= 4
 
-    async def neighbours(self, keys: Sequence[Key]) -> Mapping[Key, Sequence[Key]]:
-        """Archived messages and daily chunks right next to these (a record stands alone)."""
-        messages = [int(i) for kind, i in keys if kind == "archive" and i.isdigit()]
-        chunks = [int(i) for kind, i in keys if kind == "daily" and i.isdigit()]
-        if not messages and not chunks:
+    async def neighbours(self, keys: Sequence[Key], reach: int) -> Mapping[Key, Sequence[Key]]:
+        """Archived messages and daily chunks next to these along their thread, up to `reach`
+        steps (a record stands alone), with the new ones loaded: one transaction."""
+        if not any(kind in ("archive", "daily") for kind, _ in keys):
             return {}
-        near_messages, near_chunks = await self.r.storage.db.read(_neighbours_of, messages, chunks)
-        out: dict[Key, Sequence[Key]] = {}
-        for kind, near in (("archive", near_messages), ("daily", near_chunks)):
-            for item_id, ns in near.items():
-                out[(kind, str(item_id))] = [(kind, str(n)) for n in ns]
-        return out
+        adjacent, archived, chunks = await self.r.storage.db.read(self._threads, keys, reach)
+        for c in [*map(self._archive_candidate, archived), *map(self._daily_candidate, chunks)]:
+            self.cache[c.key] = c
+        return adjacent
+
+    def _threads(self, conn: Connection, keys: Sequence[Key], reach: int) -> tuple[dict[Key, list[Key]], Any, Any]:
+        def step(frontier: Sequence[Key]) -> dict[Key, list[Key]]:
+            out: dict[Key, list[Key]] = {}
+            for kind, next_to in (("archive", archive_neighbours), ("daily", daily_neighbours)):
+                ids = [int(i) for k, i in frontier if k == kind and i.isdigit()]
+                for item_id, near in next_to(conn, ids).items():
+                    out[(kind, str(item_id))] = [(kind, str(n)) for n in near]
+            return out
+
+        adjacent = walk(step, keys, reach)
+        new = {n for ns in adjacent.values() for n in ns} - set(keys) - self.cache.keys()
+        messages = [int(i) for kind, i in new if kind == "archive"]
+        chunks = [int(i) for kind, i in new if kind == "daily"]
+        archived = archive_visible(conn, messages, self.archive_user, self.archive_keys) if messages else []
+        found = daily_visible(conn, chunks, self.daily_scopes) if chunks and self.daily_scopes else []
+        return adjacent, archived, found
 
     async def load(self, keys: Sequence[Key]) -> Mapping[Key, Candidate]:
         out = {k: self.cache[k] for k in keys if k in self.cache}
@@ -436,12 +452,6 @@ class _Legs:
 
     def _in_scope(self, scope: str) -> bool:
         return scope in self.scopes or (self.include_projects and scope.startswith(ScopeKind.PROJECT.value + ":"))
-
-
-def _neighbours_of(
-    conn: Connection, messages: Sequence[int], chunks: Sequence[int]
-) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
-    return archive_neighbours(conn, messages), daily_neighbours(conn, chunks)
 
 
 def _any(conn: Connection, table: str) -> bool:

@@ -349,16 +349,30 @@ def _for_session(conn: Connection, session_id: int, limit: int) -> list[ArchiveH
     return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
 
 
-def _visible_by_ids(
-    conn: Connection, ids: Sequence[int], user_id: str | None, session_keys: Sequence[str]
-) -> list[ArchiveHit]:
-    by_user, by_keys, params = _visible_params(user_id, session_keys)
-    rows = conn.execute(
+def _by_ids_statement(by_user: bool, by_keys: bool) -> Select[Any]:
+    """Messages by id behind the visibility rules, built once per shape of asker (recall loads its
+    vector hits and neighbours with it every turn; building it cost ten times running it)."""
+    cached = _BY_IDS.get((by_user, by_keys))
+    if cached is not None:
+        return cached
+    stmt: Select[Any] = (
         select(*_HIT_COLUMNS)
         .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
-        .where(archived_messages.c.id.in_(list(ids)), *_visible(by_user, by_keys)),
-        params,
-    ).all()
+        .where(archived_messages.c.id.in_(bindparam("ids", expanding=True)), *_visible(by_user, by_keys))
+    )
+    _BY_IDS[(by_user, by_keys)] = stmt
+    return stmt
+
+
+_BY_IDS: dict[tuple[bool, bool], Select[Any]] = {}
+
+
+def visible_in(
+    conn: Connection, ids: Sequence[int], user_id: str | None, session_keys: Sequence[str]
+) -> list[ArchiveHit]:
+    """The messages of `ids` the asker may see (ArchiveStore.visible, in a caller's transaction)."""
+    by_user, by_keys, params = _visible_params(user_id, session_keys)
+    rows = conn.execute(_by_ids_statement(by_user, by_keys), {**params, "ids": list(ids)}).all()
     return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
 
 
@@ -413,7 +427,7 @@ class ArchiveStore:
         With neither `user_id` nor `session_keys` nothing is returned: no operator view here."""
         if not ids or (user_id is None and not session_keys):
             return []
-        return await self._db.read(_visible_by_ids, tuple(ids), user_id, tuple(session_keys))
+        return await self._db.read(visible_in, tuple(ids), user_id, tuple(session_keys))
 
     async def for_session(self, session_id: int, limit: int = 200) -> list[ArchiveHit]:
         """The archived messages of one session, every role, oldest first (score 0)."""

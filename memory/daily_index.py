@@ -131,7 +131,8 @@ def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], lim
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
 
 
-def _by_ids(conn: Connection, ids: Sequence[int], scopes: Sequence[str]) -> list[ChunkHit]:
+def visible_in(conn: Connection, ids: Sequence[int], scopes: Sequence[str]) -> list[ChunkHit]:
+    """The chunks of `ids` in these scopes (DailyIndex.visible, in a caller's transaction)."""
     rows = conn.execute(
         select(daily_chunks).where(daily_chunks.c.id.in_(list(ids)), daily_chunks.c.scope.in_(list(scopes)))
     ).all()
@@ -206,7 +207,7 @@ class DailyIndex:
         """The chunks of `ids` that lie in `scopes` (for vector hits)."""
         if not ids or not scopes:
             return []
-        return await self._db.read(_by_ids, tuple(ids), tuple(scopes))
+        return await self._db.read(visible_in, tuple(ids), tuple(scopes))
 
     async def search(self, query: str, *, scopes: Sequence[str], limit: int = 10) -> list[ChunkHit]:
         terms = query_terms(query)

@@ -306,8 +306,29 @@ VectorLeg = Callable[[Vector, int, Collection[Key] | None], Awaitable[Sequence[t
 """(unit query vector, limit, only these keys or None) → (key, cosine), best first."""
 Loader = Callable[[Sequence[Key]], Awaitable[Mapping[Key, Candidate]]]
 """Keys → their candidates (text and metadata, no scores); keys no longer searchable are left out."""
-NeighbourLookup = Callable[[Sequence[Key]], Awaitable[Mapping[Key, Sequence[Key]]]]
-"""Keys → the searchable items right before and after each in its thread."""
+NeighbourLookup = Callable[[Sequence[Key], int], Awaitable[Mapping[Key, Sequence[Key]]]]
+"""(keys, reach) → the searchable items right before and after each key in its thread, and of each
+item found up to `reach` - 1 steps from them (`walk` does the stepping): one call, so a caller
+backed by a database answers in one transaction."""
+
+
+def walk(
+    step: Callable[[Sequence[Key]], Mapping[Key, Sequence[Key]]], keys: Sequence[Key], reach: int
+) -> dict[Key, list[Key]]:
+    """What a NeighbourLookup answers, given `step`: the items right next to each key it is given."""
+    adjacent: dict[Key, list[Key]] = {}
+    seen = set(keys)
+    frontier = list(keys)
+    for _ in range(reach):
+        if not frontier:
+            break
+        found = step(frontier)
+        adjacent.update((k, list(ns)) for k, ns in found.items())
+        frontier = list(dict.fromkeys(n for ns in found.values() for n in ns if n not in seen))
+        seen.update(frontier)
+    return adjacent
+
+
 QueryEmbedder = Callable[[str], Awaitable[Vector]]
 
 
@@ -378,14 +399,10 @@ class Retriever:
             cosines.update(await self._vector(qvec, s.vector_pool, None))
         wanted = list(dict.fromkeys([*pool, *cosines]))
         adjacent: dict[Key, Sequence[Key]] = {}
-        if self._neighbours is not None and s.neighbour_weight > 0:
-            frontier = wanted
-            for _ in range(s.neighbour_reach):  # one step further along the thread each time
-                found = await self._neighbours(frontier)
-                adjacent.update(found)
-                known = set(wanted)
-                frontier = list(dict.fromkeys(n for ns in found.values() for n in ns if n not in known))
-                wanted += frontier
+        if self._neighbours is not None and s.neighbour_weight > 0 and wanted:
+            adjacent.update(await self._neighbours(wanted, s.neighbour_reach))
+            known = set(wanted)
+            wanted += list(dict.fromkeys(n for ns in adjacent.values() for n in ns if n not in known))
         if qvec is not None and self._vector is not None:
             unscored = [k for k in wanted if k not in cosines]
             if unscored:  # lexical hits and neighbours the vector leg's top did not reach

@@ -122,7 +122,7 @@ async def test_archived_neighbours_are_found_through_the_thread(
     from gateway.recall import _Legs
 
     legs = _Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key))
-    near = await legs.neighbours([("archive", str(question))])
+    near = await legs.neighbours([("archive", str(question))], 1)
     assert near == {("archive", str(question)): [("archive", str(answer))]}  # not the next session's
     gw.recall.wake()
     await gw.recall.caught_up(timeout=30)

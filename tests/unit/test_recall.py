@@ -32,6 +32,7 @@ from memory.recall import (
     resolve_floor,
     select,
     squash,
+    walk,
 )
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -326,13 +327,16 @@ class Pool:
     async def load(self, keys: Sequence[Key]) -> dict[Key, Candidate]:
         return {k: self.candidate(k[1]) for k in keys if k[1] in self.items}
 
-    async def neighbours(self, keys: Sequence[Key]) -> dict[Key, list[Key]]:
+    def next_to(self, keys: Sequence[Key]) -> dict[Key, list[Key]]:
         out = {}
         for kind, i in keys:
             if i in self.thread:
                 at = self.thread.index(i)
                 out[(kind, i)] = [("record", self.thread[j]) for j in (at - 1, at + 1) if 0 <= j < len(self.thread)]
         return out
+
+    async def neighbours(self, keys: Sequence[Key], reach: int) -> dict[Key, list[Key]]:
+        return walk(self.next_to, keys, reach)
 
     async def embed(self, text: str) -> Vector:
         self.embeds += 1
