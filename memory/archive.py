@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -128,20 +129,43 @@ def _row_count(conn: Connection, fts_table: str) -> int:
     return cached[1]
 
 
+_TERM_COUNTS: OrderedDict[tuple[int, str, str], tuple[float, int]] = OrderedDict()
+TERM_COUNTS_KEPT = 4096
+
+
+def _term_count(conn: Connection, fts_table: str, term: str, fresh: bool) -> int:
+    """How many texts match `term`. Counting a common term walks its whole posting list, so on a
+    large table (`fresh` False) a count is reused for a minute: a term's share moves slowly."""
+    key = (id(conn.engine), fts_table, term)
+    now = time.monotonic()
+    cached = _TERM_COUNTS.get(key)
+    if cached is not None and not fresh and now - cached[0] <= COUNT_TTL_SECONDS:
+        _TERM_COUNTS.move_to_end(key)
+        return cached[1]
+    n = int(
+        conn.exec_driver_sql(
+            f"SELECT count(*) FROM {fts_table} WHERE {fts_table} MATCH ?", (fts_expression([term]),)
+        ).scalar()
+        or 0
+    )
+    _TERM_COUNTS[key] = (now, n)
+    _TERM_COUNTS.move_to_end(key)
+    if len(_TERM_COUNTS) > TERM_COUNTS_KEPT:
+        _TERM_COUNTS.popitem(last=False)
+    return n
+
+
 def informative_terms(conn: Connection, fts_table: str, terms: Sequence[str]) -> list[str]:
     """`terms` without those too common to matter, judged on the FTS5 table's own document counts
-    (stemming included); the rarest term is always kept. SQLite only: one cheap count per term."""
+    (stemming included); the rarest term is always kept. SQLite only: one cheap count per term,
+    reused for a minute on a large table."""
     if len(terms) < 2:
         return list(terms)
     total = _row_count(conn, fts_table)
     if total < MIN_ROWS_FOR_PRUNING:
         return list(terms)
-    counted = []
-    for t in terms:
-        n = conn.exec_driver_sql(
-            f"SELECT count(*) FROM {fts_table} WHERE {fts_table} MATCH ?", (fts_expression([t]),)
-        ).scalar()
-        counted.append((int(n or 0), t))
+    fresh = total < 20 * MIN_ROWS_FOR_PRUNING  # small and maybe growing fast: count every time
+    counted = [(_term_count(conn, fts_table, t, fresh), t) for t in terms]
     kept = [t for n, t in counted if n <= total * COMMON_SHARE]
     return kept or [min(counted)[1]]
 
