@@ -34,6 +34,7 @@ bench: setup
 	$(PY) benchmarks/turn_overhead.py
 	$(PY) benchmarks/session_budget.py
 	$(PY) benchmarks/memory_store.py
+	$(PY) benchmarks/recall_scale.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -91,6 +91,7 @@ class TurnRecall:
         self._wake = asyncio.Event()
         self._loaded = asyncio.Event()  # the index is loaded, or loading failed
         self._sweeping = asyncio.Lock()
+        self._cursor: dict[str, str | None] = {}  # per kind: the last item embedded in this pass
         self._task: asyncio.Task[None] | None = None
         self._cooldown = Cooldown()  # each degradation logged once per cooldown, per gateway
 
@@ -194,7 +195,14 @@ class TurnRecall:
         assert self.embedder is not None and self.index is not None
         done = 0
         for kind in KINDS:
-            batch = await self.vectors.missing(kind, self.embedder.model_id, UPKEEP_BATCH)
+            # Onward from the last batch: a scan from the start would re-read every item that
+            # already has a vector, each batch (quadratic over a backfill). Past the end, one
+            # more scan from the start finds what was written behind the cursor meanwhile.
+            after = self._cursor.get(kind)
+            batch = await self.vectors.missing(kind, self.embedder.model_id, UPKEEP_BATCH, after=after)
+            if not batch and after is not None:
+                batch = await self.vectors.missing(kind, self.embedder.model_id, UPKEEP_BATCH)
+            self._cursor[kind] = batch[-1][0] if batch else None
             if not batch:
                 continue
             vecs = await self.embedder.embed_documents([text for _, text in batch])
@@ -388,7 +396,7 @@ class _Legs:
         groups = self.r.groups(
             self.scopes, self.daily_scopes, self.include_projects, self.archive_user, self.archive_keys
         )
-        want = limit * 2
+        want = limit + max(8, limit // 4)  # groups already hold only what is theirs: a small margin
         while True:
             raw = index.search(qvec, want, groups=groups)
             seen = await self.load([(kind, item_id) for kind, item_id, _ in raw])

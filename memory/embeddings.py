@@ -21,6 +21,7 @@ switched off: nothing is downloaded, ever.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import json
@@ -121,8 +122,10 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, ModelInfo]:
     return models
 
 
+@functools.lru_cache(maxsize=64)
 def model_info(model_id: str) -> ModelInfo:
-    """The manifest's entry for `model_id`, or an empty one (no prefixes, not calibrated)."""
+    """The manifest's entry for `model_id`, or an empty one (no prefixes, not calibrated); read once
+    per model id (recall asks every turn)."""
     return load_manifest().get(model_id) or ModelInfo(model_id)
 
 
