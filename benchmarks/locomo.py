@@ -10,7 +10,7 @@ Every dialog turn becomes a memory record of its conversation (scope `channel:lo
 session date prefixed to its text ("[8 May 2023] Caroline: …"), created at that date, attributed to
 its speaker, imported with `RecordStore.import_batch` into a temporary SQLite database: the lexical
 leg is the store's own FTS5 search (`RecordStore.search`). Turns are embedded through
-memory/embeddings.py (the bundled all-MiniLM-L6-v2, torch on one thread) into a
+memory/embeddings.py (the bundled all-MiniLM-L6-v2, on one thread) into a
 `memory.vectors.VectorIndex`; the vector leg searches it with the conversation's items as the allowed
 set, as a scope filter would.
 
@@ -350,6 +350,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
         "model": embedder.model_id,
+        "runtime": getattr(embedder, "runtime", "remote"),
         "min_cosine": model_info(embedder.model_id).min_cosine,
         "conversations": len(conversations),
         "memories": sum(len(c.turns) for c in conversations),
@@ -368,7 +369,7 @@ def vars_of(settings: RecallSettings) -> dict[str, Any]:
 def markdown(res: dict[str, Any]) -> str:
     quirks = res["quirks"]
     out = [
-        f"## LoCoMo evidence recall (Python {res['python']}, {res['model']}, torch on 1 thread)\n",
+        f"## LoCoMo evidence recall (Python {res['python']}, {res['model']} on {res['runtime']}, 1 thread)\n",
         f"{res['conversations']} conversations, {res['memories']:,} turns stored as memories, "
         f"{res['questions']:,} questions of categories 1-4 (of {quirks['questions']:,}: {quirks['no_evidence']} "
         f"without evidence and {quirks['skipped']} left without any after cleaning skipped; "
