@@ -1,7 +1,8 @@
 """Reading and searching the session archive: the messages pruned from a session's context (DESIGN §4).
 
 On SQLite the search runs on the FTS5 index `archived_messages_fts` (porter stemming, ranked by
-bm25); other databases use a portable LIKE scan until they get an index of their own. Free text
+bm25) and, for CJK text (no spaces between words), on the trigram index `archived_messages_cjk`
+(split_cjk); other databases use a portable LIKE scan until they get an index of their own. Free text
 never reaches FTS5 as syntax: it is cut into word tokens, each one quoted, joined with OR (with AND
 a multi-word question would find nothing).
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import re
 import time
+import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -34,7 +36,7 @@ from sqlalchemy import (
     select,
     table,
 )
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection, Engine, Row
 
 from memory.db import Database
 from memory.schema import archived_messages, sessions
@@ -103,6 +105,86 @@ def query_terms(query: str) -> list[str]:
 def fts_expression(terms: Sequence[str]) -> str:
     """An FTS5 MATCH expression finding any of `terms`: each a quoted string, so nothing is syntax."""
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+# CJK letters as the `<table>_cjk` trigram indexes see them (migration 0006 indexes the texts that
+# hold any of these): CJK radicals to the end of the unified ideographs (kana, Hangul jamo and
+# Bopomofo included), Hangul syllables, compatibility ideographs, half-width katakana.
+CJK_CHARS = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f"
+_CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
+TRIGRAM = 3
+
+
+def split_cjk(terms: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The words of `terms` for the porter index and their CJK runs for the trigram one.
+
+    CJK text has no spaces, so unicode61 sees "我在Tokyo工作" as one word: it becomes the word
+    "tokyo" and the runs "我在" and "工作". Terms without CJK come back as they are."""
+    if not any(_CJK_RUN.search(t) for t in terms):
+        return list(terms), []
+    words: list[str] = []
+    runs: list[str] = []
+    for term in terms:
+        runs += _CJK_RUN.findall(term)
+        words += [w for w in _CJK_RUN.split(term) if w and w not in STOP_WORDS]
+    return list(dict.fromkeys(words)), list(dict.fromkeys(runs))[:MAX_TERMS]
+
+
+@dataclass(frozen=True, slots=True)
+class CjkQuery:
+    """What to ask a `<table>_cjk` trigram index."""
+
+    match: str | None  # MATCH expression: CJK runs and words of 3+ characters, each a phrase of trigrams
+    short: tuple[str, ...]  # CJK runs of 1-2 characters, too short for a trigram: found by LIKE
+    needles: tuple[str, ...]  # all of the above, for snippets
+
+
+def cjk_query(conn: Connection, cjk_table: str, words: Sequence[str], runs: Sequence[str]) -> CjkQuery | None:
+    """The trigram search for `words` and `runs` (split_cjk), None when there is nothing to ask.
+
+    Words are looked for there too: a word inside CJK text ("Tokyo" in "我在Tokyo工作") is not a
+    token of the porter index. Without CJK runs in the query this costs a query per turn only where
+    the index holds any text (checked at most once a minute), so an all-English store runs exactly
+    what it ran before."""
+    long_words = [w for w in words if len(w) >= TRIGRAM]
+    if not runs and not (long_words and _has_texts(conn, cjk_table)):
+        return None
+    phrases = [r for r in runs if len(r) >= TRIGRAM] + long_words
+    short = tuple(r for r in runs if len(r) < TRIGRAM)
+    return CjkQuery(fts_expression(phrases) if phrases else None, short, (*runs, *long_words))
+
+
+_HAS_TEXTS: weakref.WeakKeyDictionary[Engine, dict[str, tuple[float, bool]]] = weakref.WeakKeyDictionary()
+
+
+def _has_texts(conn: Connection, fts_table: str) -> bool:
+    """Whether an FTS5 table indexes any text, asked at most once a minute per database. (An
+    external-content table reads its content table when scanned; its docsize table has a row per
+    indexed text.)"""
+    known = _HAS_TEXTS.setdefault(conn.engine, {})
+    now = time.monotonic()
+    cached = known.get(fts_table)
+    if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
+        found = conn.exec_driver_sql(f"SELECT EXISTS (SELECT 1 FROM {fts_table}_docsize)").scalar()
+        cached = known[fts_table] = (now, bool(found))
+    return cached[1]
+
+
+H = TypeVar("H")
+
+
+def merge_hits(
+    lists: Iterable[Iterable[tuple[H, float]]], key: Callable[[H], object], limit: int
+) -> list[tuple[H, float]]:
+    """Hits of several searches of one store as one list, best score first, at most `limit`, each
+    item once with its best score."""
+    best: dict[object, tuple[H, float]] = {}
+    for hits in lists:
+        for hit, score in hits:
+            k = key(hit)
+            if k not in best or score > best[k][1]:
+                best[k] = (hit, score)
+    return sorted(best.values(), key=lambda pair: -pair[1])[:limit]
 
 
 # A term found in more than this share of the indexed texts says little about any of them (its
@@ -255,10 +337,62 @@ def search_fts(
     limit: int,
     snippets: bool = True,
 ) -> list[ArchiveHit]:
-    """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here).
-    Without `snippets` (recall reads whole messages) the match runs once instead of twice."""
-    terms = informative_terms(conn, "archived_messages_fts", terms)
+    """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here),
+    and the CJK trigram index when the query holds CJK (split_cjk). Without `snippets` (recall
+    reads whole messages) the match runs once instead of twice."""
+    words, runs = split_cjk(terms)
     by_user, by_keys, params = _visible_params(user_id, session_keys)
+    hits = _porter_hits(conn, words, by_user, by_keys, params, limit, snippets) if words else []
+    cjk = cjk_query(conn, "archived_messages_cjk", words, runs)
+    if cjk is None:
+        return hits
+    found: list[Sequence[tuple[ArchiveHit, float]]] = [[(h, h.score) for h in hits]]
+    if cjk.match is not None:
+        rows = conn.execute(
+            _plain(by_user, by_keys, "archived_messages_cjk"), {**params, "q": cjk.match, "limit": limit}
+        ).all()
+        found.append([(_cjk_hit(r, cjk, snippets, -float(r.rank)), -float(r.rank)) for r in rows])
+    if cjk.short:
+        short = _short_rows(conn, cjk, by_user, by_keys, params, limit)
+        found.append([(_cjk_hit(r, cjk, snippets, float(r.score)), float(r.score)) for r in short])
+    return [hit for hit, _ in merge_hits(found, lambda h: h.id, limit)]
+
+
+def _cjk_hit(row: Row[*tuple[Any, ...]], cjk: CjkQuery, snippets: bool, score: float) -> ArchiveHit:
+    snippet = make_snippet(row.content, first_match(row.content, cjk.needles)) if snippets else ""
+    return _hit(row, snippet, score)
+
+
+def _short_rows(
+    conn: Connection, cjk: CjkQuery, by_user: bool, by_keys: bool, params: dict[str, Any], limit: int
+) -> Sequence[Row[*tuple[Any, ...]]]:
+    """Visible messages holding one of the 1-2 character CJK runs (no trigram to look up: a scan of
+    the messages the trigram index holds, the ones with CJK in them), scored by how many match.
+    A run is CJK letters only, so it needs no LIKE escaping."""
+    docs = table("archived_messages_cjk_docsize", column("id", Integer))
+    matched = [archived_messages.c.content.like(f"%{run}%") for run in cjk.short]
+    score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
+    return conn.execute(
+        select(*_HIT_COLUMNS, score)
+        .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
+        # IN, not a join: SQLite then walks the index's ids instead of scanning every message.
+        .where(archived_messages.c.id.in_(select(docs.c.id)), or_(*matched), *_visible(by_user, by_keys))
+        .order_by(score.desc(), archived_messages.c.id.desc())
+        .limit(limit),
+        params,
+    ).all()
+
+
+def _porter_hits(
+    conn: Connection,
+    terms: Sequence[str],
+    by_user: bool,
+    by_keys: bool,
+    params: dict[str, Any],
+    limit: int,
+    snippets: bool,
+) -> list[ArchiveHit]:
+    terms = informative_terms(conn, "archived_messages_fts", terms)
     if not snippets:
         plain = conn.execute(_plain(by_user, by_keys), {**params, "q": fts_expression(terms), "limit": limit}).all()
         return [_hit(r, "", -float(r.rank)) for r in plain]
@@ -298,29 +432,32 @@ def search_fts(
     return hits
 
 
-_PLAIN: dict[tuple[bool, bool], Select[Any]] = {}
+_PLAIN: dict[tuple[str, bool, bool], Select[Any]] = {}
 
 
-def _plain(by_user: bool, by_keys: bool) -> Select[Any]:
-    """The search without snippets, built once per shape of asker with everything bound as a
-    parameter: recall runs it every turn, and building it cost more than running it."""
-    cached = _PLAIN.get((by_user, by_keys))
+def _plain(by_user: bool, by_keys: bool, fts_table: str = "archived_messages_fts") -> Select[Any]:
+    """The search of `fts_table` without snippets, built once per table and shape of asker with
+    everything bound as a parameter: recall runs it every turn, and building it cost more than
+    running it."""
+    cached = _PLAIN.get((fts_table, by_user, by_keys))
     if cached is not None:
         return cached
-    rank = func.bm25(_FTS_TABLE)
+    fts = table(fts_table, column("rowid", Integer))
+    fts_ref: ColumnElement[Any] = literal_column(fts_table)
+    rank = func.bm25(fts_ref)
     stmt: Select[Any] = (
         select(*_HIT_COLUMNS, rank.label("rank"))
         .select_from(
-            _fts.join(archived_messages, archived_messages.c.id == _fts.c.rowid).join(
+            fts.join(archived_messages, archived_messages.c.id == fts.c.rowid).join(
                 sessions, sessions.c.id == archived_messages.c.session_id
             )
         )
-        .where(_FTS_TABLE.op("MATCH")(bindparam("q")), *_visible(by_user, by_keys))
+        .where(fts_ref.op("MATCH")(bindparam("q")), *_visible(by_user, by_keys))
         # By the selected column, not the function again: bm25 once per matching row, not twice.
         .order_by(literal_column("rank"), archived_messages.c.id.desc())
         .limit(bindparam("limit"))
     )
-    _PLAIN[(by_user, by_keys)] = stmt
+    _PLAIN[(fts_table, by_user, by_keys)] = stmt
     return stmt
 
 

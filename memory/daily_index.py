@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, insert, literal_column, or_, select, text
 from sqlalchemy.engine import Connection
 
-from memory.archive import fts_expression, informative_terms, query_terms
+from memory.archive import cjk_query, fts_expression, informative_terms, merge_hits, query_terms, split_cjk
 from memory.daily import DailyFiles
 from memory.db import Database
 from memory.schema import daily_chunks
@@ -118,16 +118,51 @@ def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], lim
             .limit(limit)
         ).all()
     else:
-        terms = informative_terms(conn, "daily_chunks_fts", terms)
-        rows = conn.execute(
-            text(
-                "SELECT c.id, c.path, c.scope, c.day, c.content, -bm25(daily_chunks_fts) AS score "
-                "FROM daily_chunks_fts JOIN daily_chunks c ON c.id = daily_chunks_fts.rowid "
-                "WHERE daily_chunks_fts MATCH :q AND c.scope IN (SELECT value FROM json_each(:scopes)) "
-                "ORDER BY bm25(daily_chunks_fts) LIMIT :limit"
-            ),
-            {"q": fts_expression(terms), "scopes": _json_list(scopes), "limit": limit},
-        ).all()
+        return _search_fts(conn, terms, scopes, limit)
+    return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
+
+
+def _search_fts(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
+    """The porter index ranked by bm25, and the CJK trigram one when the query holds CJK
+    (memory.archive.split_cjk)."""
+    words, runs = split_cjk(terms)
+    hits = []
+    if words:
+        q = fts_expression(informative_terms(conn, "daily_chunks_fts", words))
+        hits = _rows(conn, _MATCHING.format(fts="daily_chunks_fts"), {"q": q}, scopes, limit)
+    cjk = cjk_query(conn, "daily_chunks_cjk", words, runs)
+    if cjk is None:
+        return hits
+    found = [[(h, h.score) for h in hits]]
+    if cjk.match is not None:
+        matched = _rows(conn, _MATCHING.format(fts="daily_chunks_cjk"), {"q": cjk.match}, scopes, limit)
+        found.append([(h, h.score) for h in matched])
+    if cjk.short:
+        # Too short for a trigram: a scan of the chunks the trigram index holds (those with CJK in
+        # them), scored by how many runs match. A run is CJK letters only: no LIKE escaping.
+        likes = {f"s{i}": f"%{run}%" for i, run in enumerate(cjk.short)}
+        score = " + ".join(f"(c.content LIKE :{name})" for name in likes)
+        any_of = " OR ".join(f"c.content LIKE :{name}" for name in likes)
+        short = (
+            f"SELECT c.id, c.path, c.scope, c.day, c.content, {score} AS score "
+            "FROM daily_chunks c WHERE c.id IN (SELECT id FROM daily_chunks_cjk_docsize) "
+            f"AND ({any_of}) AND c.scope IN (SELECT value FROM json_each(:scopes)) "
+            "ORDER BY score DESC, c.id DESC LIMIT :limit"
+        )
+        found.append([(h, h.score) for h in _rows(conn, short, likes, scopes, limit)])
+    return [hit for hit, _ in merge_hits(found, lambda h: h.id, limit)]
+
+
+_MATCHING = (
+    "SELECT c.id, c.path, c.scope, c.day, c.content, -bm25({fts}) AS score "
+    "FROM {fts} JOIN daily_chunks c ON c.id = {fts}.rowid "
+    "WHERE {fts} MATCH :q AND c.scope IN (SELECT value FROM json_each(:scopes)) "
+    "ORDER BY bm25({fts}) LIMIT :limit"
+)
+
+
+def _rows(conn: Connection, sql: str, params: dict[str, str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
+    rows = conn.execute(text(sql), {**params, "scopes": _json_list(scopes), "limit": limit}).all()
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
 
 

@@ -22,8 +22,10 @@ durable facts never. `expire` deletes expired records with their revisions: an e
 never read again, and its revisions would keep what it said.
 
 Search. On SQLite the FTS5 index `memory_records_fts` (porter stemming, bm25), keyed by the
-records' integer `seq` (see memory/schema.py); free text is cut into quoted terms joined with OR by
-memory.archive's helpers, so it never reaches FTS5 as syntax. Other databases use a LIKE scan.
+records' integer `seq` (see memory/schema.py), and for CJK text, which has no spaces between words,
+`memory_records_cjk` (trigrams, records with CJK only); free text is cut into quoted terms joined
+with OR by memory.archive's helpers, so it never reaches FTS5 as syntax. Other databases use a
+LIKE scan.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from sqlalchemy import table as sql_table
 from sqlalchemy import update as sql_update
 from sqlalchemy.engine import Connection, Row
 
-from memory.archive import fts_expression, informative_terms, query_terms
+from memory.archive import cjk_query, fts_expression, informative_terms, merge_hits, query_terms, split_cjk
 from memory.db import Database
 from memory.model import (
     EXPIRY,
@@ -106,8 +108,11 @@ _GET_FOR_UPDATE = _GET.with_for_update()  # PostgreSQL; SQLite has one writer an
 _INSERT_RECORDS = insert(memory_records)
 _INSERT_REVISIONS = insert(memory_revisions)
 
-_fts = sql_table("memory_records_fts", column("rowid", Integer))
-_FTS_TABLE: ColumnElement[Any] = literal_column("memory_records_fts")
+# The porter index and the CJK trigram one (migration 0006), each as a table and as the name MATCH takes.
+_FTS_TABLES: dict[str, tuple[Any, ColumnElement[Any]]] = {
+    name: (sql_table(name, column("rowid", Integer)), literal_column(name))
+    for name in ("memory_records_fts", "memory_records_cjk")
+}
 
 
 class RecordError(Exception):
@@ -564,13 +569,46 @@ def _searchable(scopes: Sequence[str], include_projects: bool, now: datetime) ->
 def search_fts(
     conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
 ) -> builtins.list[tuple[MemoryRecord, float]]:
-    """SQLite: FTS5 ranked by bm25 (negative, lower is better: flipped here), newest first on ties."""
-    terms = informative_terms(conn, "memory_records_fts", terms)
-    rank = func.bm25(_FTS_TABLE)
+    """SQLite: FTS5 ranked by bm25 (negative, lower is better: flipped here), newest first on ties;
+    the CJK trigram index too when the query holds CJK (memory.archive.split_cjk)."""
+    words, runs = split_cjk(terms)
+    where = _searchable(scopes, include_projects, now)
+    hits = []
+    if words:
+        q = fts_expression(informative_terms(conn, "memory_records_fts", words))
+        hits = _matching(conn, "memory_records_fts", q, where, limit)
+    cjk = cjk_query(conn, "memory_records_cjk", words, runs)
+    if cjk is None:
+        return hits
+    found = [hits]
+    if cjk.match is not None:
+        found.append(_matching(conn, "memory_records_cjk", cjk.match, where, limit))
+    if cjk.short:
+        # Too short for a trigram: a scan of the records the trigram index holds (those with CJK
+        # in them). A run is CJK letters only, so it needs no LIKE escaping.
+        docs = sql_table("memory_records_cjk_docsize", column("id", Integer))
+        matched = [memory_records.c.content.like(f"%{run}%") for run in cjk.short]
+        score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
+        rows = conn.execute(
+            select(memory_records, score)
+            # IN, not a join: SQLite then walks the index's ids instead of scanning every record.
+            .where(memory_records.c.seq.in_(select(docs.c.id)), or_(*matched), *where)
+            .order_by(score.desc(), memory_records.c.seq.desc())
+            .limit(limit)
+        ).all()
+        found.append([(_record(r), float(r.score)) for r in rows])
+    return merge_hits(found, lambda record: record.id, limit)
+
+
+def _matching(
+    conn: Connection, fts_table: str, expression: str, where: Sequence[ColumnElement[bool]], limit: int
+) -> builtins.list[tuple[MemoryRecord, float]]:
+    fts, fts_ref = _FTS_TABLES[fts_table]
+    rank = func.bm25(fts_ref)
     rows = conn.execute(
         select(memory_records, rank.label("rank"))
-        .select_from(_fts.join(memory_records, memory_records.c.seq == _fts.c.rowid))
-        .where(_FTS_TABLE.op("MATCH")(fts_expression(terms)), *_searchable(scopes, include_projects, now))
+        .select_from(fts.join(memory_records, memory_records.c.seq == fts.c.rowid))
+        .where(fts_ref.op("MATCH")(expression), *where)
         .order_by(rank, memory_records.c.seq.desc())
         .limit(limit)
     ).all()

@@ -112,7 +112,8 @@ messages = Table(
 )
 
 # Messages pruned from a session's active context, kept in full and searchable (DESIGN §4). Same ids
-# as they had in `messages`. On SQLite an FTS5 index (archived_messages_fts) follows this table.
+# as they had in `messages`. On SQLite FTS5 indexes follow this table: archived_messages_fts (porter)
+# and archived_messages_cjk (trigrams, only the texts with CJK in them).
 archived_messages = Table(
     "archived_messages",
     metadata,
@@ -200,10 +201,10 @@ pairing_requests = Table(
 )
 
 # Long-term memory records (DESIGN §6). `id` (mem-…) is the stable name everything else uses; `seq`
-# is an internal integer key for SQLite's FTS5 index (memory_records_fts, content_rowid='seq'), which
-# needs an integer rowid that VACUUM never renumbers: an INTEGER PRIMARY KEY is exactly that, while
-# a text primary key leaves the rowid implicit and unstable. A text primary key in SQLite is a unique
-# index anyway, so lookups by id cost the same.
+# is an internal integer key for SQLite's FTS5 indexes (memory_records_fts and memory_records_cjk,
+# content_rowid='seq'), which need an integer rowid that VACUUM never renumbers: an INTEGER PRIMARY
+# KEY is exactly that, while a text primary key leaves the rowid implicit and unstable. A text
+# primary key in SQLite is a unique index anyway, so lookups by id cost the same.
 memory_records = Table(
     "memory_records",
     metadata,
@@ -271,7 +272,8 @@ memory_vectors = Table(
 )
 
 # Daily Markdown files cut into overlapping chunks for search (they are never injected whole).
-# On SQLite an FTS5 index (daily_chunks_fts) follows this table.
+# On SQLite FTS5 indexes follow this table: daily_chunks_fts (porter) and daily_chunks_cjk (trigrams,
+# texts with CJK only).
 daily_chunks = Table(
     "daily_chunks",
     metadata,

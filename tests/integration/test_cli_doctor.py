@@ -205,7 +205,7 @@ async def test_local_embeddings_coverage_and_other_models_without_loading_the_mo
     rc, checks, err = await _doctor(config)
     assert rc == 0, err
     assert (
-        checks["database"]["status"] == "ok" and "schema at revision 0005 (the newest)" in checks["database"]["detail"]
+        checks["database"]["status"] == "ok" and "schema at revision 0006 (the newest)" in checks["database"]["detail"]
     )
     cov = checks["vector coverage"]
     assert cov["status"] == "warn"
@@ -262,9 +262,9 @@ async def test_a_database_behind_or_ahead_of_the_code(tmp_path: Path) -> None:
     rc, checks, err = await _doctor(config)
     assert rc == 0, err
     db = checks["database"]
-    assert db["status"] == "warn" and db["detail"].endswith("schema at revision 0004, the newest is 0005")
+    assert db["status"] == "warn" and db["detail"].endswith("schema at revision 0004, the newest is 0006")
     assert db["hint"].startswith("start the gateway once (clawgate run)")
-    assert db["data"]["revision"] == "0004" and db["data"]["head"] == "0005"
+    assert db["data"]["revision"] == "0004" and db["data"]["head"] == "0006"
     assert checks["vector coverage"]["detail"] == "skipped: the database schema is behind"
 
     await _set_revision(tmp_path, "9999")

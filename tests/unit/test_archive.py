@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from memory.archive import (
+    CJK_CHARS,
     ELLIPSIS,
     MAX_LIMIT,
     SNIPPET_CHARS,
@@ -25,6 +26,7 @@ from memory.archive import (
     query_terms,
     search_in,
     search_like,
+    split_cjk,
 )
 from memory.schema import archived_messages, sessions
 from memory.storage import Storage
@@ -380,3 +382,96 @@ async def test_like_fallback_scores_by_matched_terms(filled: Archive) -> None:
     assert {h.id for h in everyone} == {both, theirs}
     wildcard = await filled.storage.db.read(search_like, ["%", "_"], None, (), 10)
     assert [h.content for h in wildcard] == ["100% of the snake_case things"]
+
+
+# --- CJK: the trigram index beside the porter one -----------------------------------------------
+
+
+def cjk_consistent(conn: Connection, table: str, key: str) -> None:
+    """The trigram index of `table` is sound (FTS5's own check raises "database disk image is
+    malformed" otherwise) and holds exactly the texts with CJK in them."""
+    conn.exec_driver_sql(f"INSERT INTO {table}_cjk({table}_cjk) VALUES ('integrity-check')")
+    indexed = {r[0] for r in conn.exec_driver_sql(f"SELECT id FROM {table}_cjk_docsize")}
+    with_cjk = {r[0] for r in conn.exec_driver_sql(f"SELECT {key} FROM {table} WHERE content GLOB ?", (CJK_GLOB,))}
+    assert indexed == with_cjk
+
+
+CJK_GLOB = f"*[{CJK_CHARS}]*"
+
+
+@pytest.mark.parametrize(
+    ("terms", "words", "runs"),
+    [
+        (["budget", "meeting"], ["budget", "meeting"], []),
+        (["我在tokyo工作"], ["tokyo"], ["我在", "工作"]),
+        (["东京", "tokyo", "东京"], ["tokyo"], ["东京"]),
+        (["the東京"], [], ["東京"]),  # a stop word left over from a split is dropped
+        (["서울에서"], [], ["서울에서"]),
+        (["ｶﾀｶﾅ"], [], ["ｶﾀｶﾅ"]),  # half-width katakana
+    ],
+)
+def test_split_cjk(terms: list[str], words: list[str], runs: list[str]) -> None:
+    assert split_cjk(terms) == (words, runs)
+
+
+async def test_cjk_messages_are_found_by_a_word_inside_a_run(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    tokyo, coffee, seoul, mixed = await filled.add(
+        sid, "我住在东京已经三年了", "私は毎朝コーヒーを飲みます", "서울에서 한국어를 공부해요", "我在Tokyo工作"
+    )
+    for query, expected in [
+        ("东京", [tokyo]),
+        ("住在东京", [tokyo]),
+        ("コーヒー", [coffee]),
+        ("毎朝", [coffee]),
+        ("한국어", [seoul]),
+        ("工作", [mixed]),
+        ("Tokyo", [mixed]),
+        ("北京", []),
+    ]:
+        assert await filled.ids(query, user_id="alice") == expected, query
+        plain = await filled.storage.db.read(
+            lambda conn, q=query: search_in(conn, query_terms(q), "alice", (), 10, snippets=False)
+        )
+        assert [h.id for h in plain] == expected, query
+    [hit] = await filled.store.search("毎朝", user_id="alice")
+    assert "毎朝" in hit.snippet and hit.score > 0
+    assert set(await filled.ids("东京 or Tokyo, plumber", user_id="alice")) == {tokyo, mixed}
+    assert await filled.ids("plumber", user_id="filler") != []  # English as before
+
+
+async def test_cjk_search_keeps_the_privacy_rules(filled: Archive) -> None:
+    a = await filled.session("web:alice", "alice")
+    b = await filled.session("web:bob", "bob")
+    hidden = await filled.session("web:alice-private", "alice", excluded=True)
+    lobby = await filled.session("discord:lobby", None, audience="public")
+    [mine] = await filled.add(a, "我住在东京")
+    [bobs] = await filled.add(b, "我住在东京的公寓")
+    await filled.add(hidden, "我住在东京的秘密")
+    await filled.add(lobby, "我住在东京的大厅")
+    await filled.add(a, "东京的系统提示", role="system")
+    for query in ("东京", "住在东京"):
+        assert await filled.ids(query, user_id="alice") == [mine]
+        assert await filled.ids(query, user_id="bob") == [bobs]
+        assert await filled.ids(query, user_id="alice", session_keys=["discord:lobby"]) == [mine]
+        assert set(await filled.ids(query)) == {mine, bobs}
+        assert await filled.ids(query, user_id="carol") == []
+
+
+async def test_deleting_or_editing_a_cjk_message_leaves_no_stale_hit(filled: Archive) -> None:
+    sid = await filled.session("web:alice", "alice")
+    first, second = await filled.add(sid, "我住在东京", "the lighthouse is white")
+
+    def edit(conn: Connection, message_id: int, content: str) -> None:
+        conn.execute(archived_messages.update().where(archived_messages.c.id == message_id).values(content=content))
+
+    await filled.storage.db.write(edit, first, "我住在大阪")
+    await filled.storage.db.write(edit, second, "the lighthouse in 大阪")
+    await filled.storage.db.read(cjk_consistent, "archived_messages", "id")
+    assert await filled.ids("东京", user_id="alice") == []
+    assert set(await filled.ids("大阪", user_id="alice")) == {first, second}
+    await filled.storage.db.write(edit, second, "the lighthouse is white")
+    await filled.storage.db.write(_delete_archived, first)
+    await filled.storage.db.read(cjk_consistent, "archived_messages", "id")
+    assert await filled.ids("大阪", user_id="alice") == []
+    assert await filled.ids("lighthouse", user_id="alice") == [second]

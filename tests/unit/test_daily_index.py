@@ -14,6 +14,7 @@ from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex, chunk, scope_of, write_owner_marker
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
+from tests.unit.test_archive import cjk_consistent
 
 
 def test_chunks_are_about_400_tokens_and_overlap() -> None:
@@ -67,5 +68,42 @@ async def test_index_search_and_reindex_on_change(tmp_path: Path) -> None:
         assert await index.index_file(alice) == 1
         [hit] = await index.search("staging database", scopes=["personal:alice"])
         assert "db-9" in hit.content
+    finally:
+        await storage.close()
+
+
+async def test_cjk_notes_are_found_by_a_word_inside_a_run(tmp_path: Path) -> None:
+    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        files = DailyFiles(tmp_path / "memory")
+        index = DailyIndex(storage.db, files)
+        alice = files.path("user", "alice", date(2026, 11, 30))
+        files.append(alice, "10:00 · web dm", ["我住在东京已经三年了", "私は毎朝コーヒーを飲みます"])
+        bob = files.path("user", "bob", date(2026, 11, 30))
+        files.append(bob, "10:00 · web dm", ["서울에서 한국어를 공부해요", "我在Tokyo工作"])
+        assert await index.scan() == 2
+        for query, scope in [
+            ("东京", "personal:alice"),
+            ("住在东京", "personal:alice"),
+            ("コーヒー", "personal:alice"),
+            ("毎朝", "personal:alice"),
+            ("한국어", "personal:bob"),
+            ("工作", "personal:bob"),
+            ("Tokyo", "personal:bob"),
+        ]:
+            [hit] = await index.search(query, scopes=[scope])
+            assert query in hit.content and hit.score > 0, query
+            other = "personal:bob" if scope == "personal:alice" else "personal:alice"
+            assert await index.search(query, scopes=[other, "global"]) == [], query
+        # A file rewritten: its chunks are replaced (deleted, inserted), the trigram index follows.
+        files.append(alice, "11:00 · web dm", ["搬到大阪了"])
+        os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
+        assert await index.index_file(alice) == 1
+        alice.write_text("nothing in CJK any more\n", encoding="utf-8")
+        os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
+        assert await index.index_file(alice) == 1
+        await storage.db.read(cjk_consistent, "daily_chunks", "id")
+        assert await index.search("东京", scopes=["personal:alice"]) == []
+        assert await index.search("大阪", scopes=["personal:alice"]) == []
     finally:
         await storage.close()

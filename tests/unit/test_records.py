@@ -4,6 +4,7 @@ caller may bypass), all-or-nothing imports and the migration onto an existing da
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -23,7 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 import memory.records
-from memory.archive import query_terms
+from memory.archive import CJK_CHARS, query_terms
 from memory.db import MIGRATIONS, Database
 from memory.model import (
     MemoryClass,
@@ -49,6 +50,7 @@ from memory.records import (
 )
 from memory.schema import archived_messages, memory_records, memory_revisions, metadata, sessions
 from memory.storage import Storage
+from tests.unit.test_archive import cjk_consistent
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ALICE = Scope.personal("alice")
@@ -589,6 +591,67 @@ async def test_import_batch_is_all_or_nothing(records: Records, monkeypatch: pyt
     await records.db.read(_fts_consistent)
 
 
+# --- CJK: the trigram index beside the porter one -----------------------------------------------
+
+
+async def test_cjk_words_are_found_inside_a_run_without_spaces(filled: Records) -> None:
+    tokyo = await filled.add("我住在东京已经三年了")
+    coffee = await filled.add("私は毎朝コーヒーを飲みます")
+    seoul = await filled.add("서울에서 한국어를 공부해요")
+    mixed = await filled.add("我在Tokyo工作")
+    assert await filled.found("东京") == [tokyo.id]  # two characters: no trigram, found by LIKE
+    assert await filled.found("住在东京") == [tokyo.id]  # four: a trigram phrase inside a longer run
+    assert await filled.found("コーヒー") == [coffee.id]
+    assert await filled.found("毎朝") == [coffee.id]
+    assert await filled.found("한국어") == [seoul.id]
+    assert await filled.found("서울") == [seoul.id]
+    assert await filled.found("工作") == [mixed.id]
+    assert await filled.found("tokyo") == [mixed.id]  # a Latin word inside CJK text
+    assert set(await filled.found("東京 or 东京 and Tokyo")) == {tokyo.id, mixed.id}
+    assert await filled.found("北京") == []
+    assert await filled.found("weather garden") != []  # English as before
+
+
+async def test_cjk_search_keeps_the_privacy_filters(filled: Records) -> None:
+    mine = await filled.add("我住在东京")
+    bobs = await filled.add("我住在东京的公寓", scope=BOB)
+    await filled.add("东京的会议记录", scope=GROUP, memory_class=MemoryClass.TRACE)  # traces are never found
+    for query in ("东京", "住在东京"):
+        assert await filled.found(query) == [mine.id]
+        assert await filled.found(query, scopes=[BOB]) == [bobs.id]
+        assert await filled.found(query, scopes=[GROUP]) == []
+    weather = await filled.add("东京的天气很好", memory_class=MemoryClass.EVIDENCE)
+    assert weather.id in await filled.found("东京")
+    assert weather.id not in await filled.found("东京", now=T0 + timedelta(days=31))  # expired
+
+
+def _cjk_consistent(conn: Connection) -> None:
+    cjk_consistent(conn, "memory_records", "seq")
+
+
+async def test_forgetting_editing_and_purging_a_cjk_record_leaves_no_stale_hit(filled: Records) -> None:
+    record = await filled.add("我住在东京")
+    english = await filled.add("the lighthouse is white")
+    await filled.store.update(record.id, actor="alice", action="edit", content="我住在大阪")
+    await filled.db.read(_cjk_consistent)
+    assert await filled.found("东京") == [] and await filled.found("住在东京") == []
+    assert await filled.found("大阪") == [record.id]
+    # In and out of the trigram index as the text gains or loses CJK.
+    await filled.store.update(english.id, actor="alice", action="edit", content="the lighthouse in 大阪")
+    await filled.store.update(record.id, actor="alice", action="edit", content="I moved away")
+    await filled.db.read(_cjk_consistent)
+    assert await filled.found("大阪") == [english.id]
+    await filled.store.forget(english.id, "alice")
+    await filled.db.read(_cjk_consistent)
+    assert await filled.found("大阪") == []
+    await filled.store.undo(english.id, "alice")
+    assert await filled.found("大阪") == [english.id]
+    assert await filled.store.purge(english.id)
+    await filled.db.read(_cjk_consistent)
+    await filled.db.read(_fts_consistent)
+    assert await filled.found("大阪") == [] and await filled.found("lighthouse") == []
+
+
 # --- migrations ---------------------------------------------------------------------------------
 
 
@@ -670,5 +733,29 @@ async def test_migrating_a_database_at_0003_keeps_its_data(tmp_path: Path) -> No
             )
 
         assert await storage.db.read(count_memory) == 0
+    finally:
+        await storage.close()
+
+
+async def test_migrating_to_0006_indexes_the_cjk_already_stored(tmp_path: Path) -> None:
+    migration = importlib.import_module("memory.migrations.versions.0006_cjk_trigram")
+    assert migration.CJK_GLOB == f"*[{CJK_CHARS}]*"  # the index and the query agree on what CJK is
+    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        await storage.db.write(_alembic("0005", down=True))
+        records = Records(storage)
+        before = [await records.add("我住在东京"), await records.add("the lighthouse is white")]
+        await storage.db.migrate()
+        await storage.db.read(_cjk_consistent)
+        assert await records.found("东京") == [before[0].id]
+        assert await records.found("住在东京") == [before[0].id]
+        # Down again: the trigram tables and their triggers go, and the store works as before.
+        await storage.db.write(_alembic("0005", down=True))
+        assert not {"memory_records_cjk", "archived_messages_cjk", "daily_chunks_cjk"} & await storage.db.read(_tables)
+        later = await records.add("我在Tokyo工作")
+        await storage.db.read(_fts_consistent)
+        await storage.db.migrate()
+        await storage.db.read(_cjk_consistent)
+        assert await records.found("工作") == [later.id]
     finally:
         await storage.close()
