@@ -199,7 +199,7 @@ _COUNTS: dict[tuple[int, str], tuple[float, int]] = {}
 COUNT_TTL_SECONDS = 60.0
 
 
-def _row_count(conn: Connection, fts_table: str) -> int:
+def indexed_count(conn: Connection, fts_table: str) -> int:
     """How many texts the table indexes, counted at most once a minute (a count reads them all;
     an estimate is enough to tell a common term from a rare one)."""
     key = (id(conn.engine), fts_table)
@@ -243,7 +243,7 @@ def informative_terms(conn: Connection, fts_table: str, terms: Sequence[str]) ->
     reused for a minute on a large table."""
     if len(terms) < 2:
         return list(terms)
-    total = _row_count(conn, fts_table)
+    total = indexed_count(conn, fts_table)
     if total < MIN_ROWS_FOR_PRUNING:
         return list(terms)
     fresh = total < 20 * MIN_ROWS_FOR_PRUNING  # small and maybe growing fast: count every time

@@ -465,6 +465,31 @@ async def test_stemming_finds_other_forms_of_a_word(filled: Records) -> None:
     assert await filled.found("running") == [record.id]
 
 
+async def test_a_large_store_ranks_first_and_still_finds_a_sparse_owners_memory(
+    records: Records, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past RANK_FIRST_FROM texts the leg joins only FTS5's best matches; a person whose matches
+    are all further down (others own the best ones) falls back to every match, same answer."""
+    many = [f"lighthouse lighthouse keeper log {i}" for i in range(60)]
+    await records.store.import_batch(
+        [
+            NewRecord(
+                t, MemoryClass.DURABLE_FACT, Provenance.USER_CONFIRMED, UsePolicy(), BOB, "bob", ReviewStatus.NONE
+            )
+            for t in many
+        ],
+        now=T0,
+    )
+    mine = await records.add("a note that mentions the lighthouse once, among many other words here")
+    full = {q: await records.found(q, [ALICE, BOB], limit=10) for q in ("lighthouse", "keeper log 7")}
+    alone = await records.found("lighthouse")
+    monkeypatch.setattr(memory.records, "RANKED_FIRST", 20)
+    monkeypatch.setattr(memory.records, "RANK_FIRST_FROM", 0)
+    assert await records.found("lighthouse") == alone == [mine.id]  # beyond the first 20: fell back
+    for q, expected in full.items():
+        assert await records.found(q, [ALICE, BOB], limit=10) == expected  # ranked first: the same
+
+
 async def test_search_looks_only_in_the_scopes_given(filled: Records) -> None:
     mine = await filled.add("lighthouse keeper notes", ALICE)
     theirs = await filled.add("lighthouse keeper notes", BOB)
