@@ -26,7 +26,7 @@ from gateway.memory_tools import memory_tools, search_archive_tool
 from gateway.metrics import Metrics
 from gateway.openai_api import OpenAIApi
 from gateway.ports import Adapter, ChannelServices, HistoryItem
-from gateway.recall import TurnRecall
+from gateway.recall import TurnRecall, embedder_from_config
 from gateway.router import Router
 from gateway.server import add_ops_routes, build_app
 from gateway.session_memory import SessionMemory
@@ -34,7 +34,6 @@ from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex
-from memory.embeddings import make_embedder
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.app")
@@ -108,14 +107,7 @@ class Gateway:
         self.daily_index = DailyIndex(storage.db, daily)
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets), self.daily_index)
         memory = MemoryService(self.config, storage.records, list(secrets))
-        search = self.config.memory.search
-        embedder = make_embedder(
-            search.provider if self.config.memory.enabled else None,
-            search.model,
-            search.threads,
-            search.api_base,
-            search.api_key.get_secret_value() if search.api_key else None,
-        )
+        embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
         self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder)
         memory.on_change = self.session_memory.on_change = self.recall.wake
         tools = [CURRENT_TIME]

@@ -1,5 +1,5 @@
-"""What several `clawgate` subcommands share: the database for one command, a memory record as
-JSON, and the embedder the config asks for (built, not loaded)."""
+"""What several `clawgate` subcommands share: the database for one command and a memory record as
+JSON."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from gateway.config import Config
 
 if TYPE_CHECKING:
-    from memory.embeddings import Embedder
     from memory.storage import Storage
 
 
@@ -45,18 +44,3 @@ def record_json(record: Any, score: float | None = None) -> dict[str, Any]:
     if score is not None:
         out["score"] = score
     return out
-
-
-def embedder_from_config(config: Config) -> Embedder | None:
-    """The embedder memory.search configures; None for keyword search only. Cheap: the model is
-    loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run."""
-    from memory.embeddings import make_embedder
-
-    search = config.memory.search
-    return make_embedder(
-        search.provider,
-        search.model,
-        threads=search.threads,
-        api_base=search.api_base,
-        api_key=search.api_key.get_secret_value() if search.api_key else None,
-    )

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gateway import cli_search
-from gateway.cli_common import embedder_from_config, record_json, with_storage
+from gateway.cli_common import record_json, with_storage
 from gateway.config import Config
 from gateway.config_load import ConfigError, load_config
+from gateway.recall import embedder_from_config
 
 if TYPE_CHECKING:
     from memory.embeddings import Embedder

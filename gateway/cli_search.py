@@ -13,8 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from gateway.cli_common import embedder_from_config, record_json, with_storage
+from gateway.cli_common import record_json, with_storage
 from gateway.config import Config
+from gateway.recall import embedder_from_config
 
 if TYPE_CHECKING:
     from gateway.memory_search import RecordSearch

@@ -295,7 +295,7 @@ async def check_disk(ctx: Context) -> Result:
 
 
 async def check_embeddings(ctx: Context) -> Result:
-    from gateway.cli_common import embedder_from_config
+    from gateway.recall import embedder_from_config
     from memory.embeddings import LOCAL_MODEL_ID, LocalEmbedder, local_model_path
 
     config = ctx.config()

@@ -35,7 +35,7 @@ from memory.daily_index import DailyIndex
 from memory.daily_index import neighbours_in as daily_neighbours
 from memory.daily_index import search_in as daily_search
 from memory.daily_index import visible_in as daily_visible
-from memory.embeddings import Embedder, model_info
+from memory.embeddings import Embedder, make_embedder, model_info
 from memory.model import MemoryRecord, ScopeKind
 from memory.policy import Actor, Where
 from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select, walk
@@ -63,6 +63,19 @@ def settings_from(config: Config) -> RecallSettings:
         max_chars=rc.max_chars,
         k=rc.limit,
         query_timeout_ms=rc.query_embedding_budget_ms,
+    )
+
+
+def embedder_from_config(config: Config) -> Embedder | None:
+    """The embedder memory.search configures; None for keyword search only. Cheap: the model is
+    loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run."""
+    search = config.memory.search
+    return make_embedder(
+        search.provider,
+        search.model,
+        threads=search.threads,
+        api_base=search.api_base,
+        api_key=search.api_key.get_secret_value() if search.api_key else None,
     )
 
 

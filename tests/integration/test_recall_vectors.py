@@ -31,7 +31,7 @@ def start(gateway_factory: Any, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPat
     """A gateway whose embedder is the given ConceptEmbedder (the config still says `local`)."""
 
     async def factory(embedder: ConceptEmbedder, **overrides: Any) -> Gateway:
-        monkeypatch.setattr(gateway.app, "make_embedder", lambda *args, **kwargs: embedder)
+        monkeypatch.setattr(gateway.app, "embedder_from_config", lambda config: embedder)
         overrides.setdefault("memory__recall__min_cosine_similarity", 0.2)
         gw: Gateway = await gateway_factory(fake_llm, memory__search__provider="local", **overrides)
         return gw
