@@ -154,14 +154,32 @@ def cjk_query(conn: Connection, cjk_table: str, words: Sequence[str], runs: Sequ
     return CjkQuery(fts_expression(phrases) if phrases else None, short, (*runs, *long_words))
 
 
-_HAS_TEXTS: weakref.WeakKeyDictionary[Engine, dict[str, tuple[float, bool]]] = weakref.WeakKeyDictionary()
+@dataclass(slots=True)
+class _Counts:
+    """What one database's FTS5 tables were found to hold, with when it was counted (monotonic)."""
+
+    has_texts: dict[str, tuple[float, bool]]
+    rows: dict[str, tuple[float, int]]
+    terms: OrderedDict[tuple[str, str], tuple[float, int]]
+
+
+# Per engine, and weakly: a new engine (a test's, a reopened store) never sees an old one's counts.
+_COUNTS: weakref.WeakKeyDictionary[Engine, _Counts] = weakref.WeakKeyDictionary()
+COUNT_TTL_SECONDS = 60.0
+
+
+def _counts(conn: Connection) -> _Counts:
+    counts = _COUNTS.get(conn.engine)
+    if counts is None:
+        counts = _COUNTS[conn.engine] = _Counts({}, {}, OrderedDict())
+    return counts
 
 
 def _has_texts(conn: Connection, fts_table: str) -> bool:
     """Whether an FTS5 table indexes any text, asked at most once a minute per database. (An
     external-content table reads its content table when scanned; its docsize table has a row per
     indexed text.)"""
-    known = _HAS_TEXTS.setdefault(conn.engine, {})
+    known = _counts(conn).has_texts
     now = time.monotonic()
     cached = known.get(fts_table)
     if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
@@ -195,34 +213,30 @@ COMMON_SHARE = 0.3
 MIN_ROWS_FOR_PRUNING = 50
 
 
-_COUNTS: dict[tuple[int, str], tuple[float, int]] = {}
-COUNT_TTL_SECONDS = 60.0
-
-
 def indexed_count(conn: Connection, fts_table: str) -> int:
     """How many texts the table indexes, counted at most once a minute (a count reads them all;
     an estimate is enough to tell a common term from a rare one)."""
-    key = (id(conn.engine), fts_table)
+    rows = _counts(conn).rows
     now = time.monotonic()
-    cached = _COUNTS.get(key)
+    cached = rows.get(fts_table)
     # A small table is cheap to count and may be growing fast (a new gateway): count it every time.
     if cached is None or now - cached[0] > COUNT_TTL_SECONDS or cached[1] < 20 * MIN_ROWS_FOR_PRUNING:
-        cached = _COUNTS[key] = (now, int(conn.exec_driver_sql(f"SELECT count(*) FROM {fts_table}").scalar() or 0))
+        cached = rows[fts_table] = (now, int(conn.exec_driver_sql(f"SELECT count(*) FROM {fts_table}").scalar() or 0))
     return cached[1]
 
 
-_TERM_COUNTS: OrderedDict[tuple[int, str, str], tuple[float, int]] = OrderedDict()
-TERM_COUNTS_KEPT = 4096
+TERM_COUNTS_KEPT = 4096  # per database
 
 
 def _term_count(conn: Connection, fts_table: str, term: str, fresh: bool) -> int:
     """How many texts match `term`. Counting a common term walks its whole posting list, so on a
     large table (`fresh` False) a count is reused for a minute: a term's share moves slowly."""
-    key = (id(conn.engine), fts_table, term)
+    terms = _counts(conn).terms
+    key = (fts_table, term)
     now = time.monotonic()
-    cached = _TERM_COUNTS.get(key)
+    cached = terms.get(key)
     if cached is not None and not fresh and now - cached[0] <= COUNT_TTL_SECONDS:
-        _TERM_COUNTS.move_to_end(key)
+        terms.move_to_end(key)
         return cached[1]
     n = int(
         conn.exec_driver_sql(
@@ -230,10 +244,10 @@ def _term_count(conn: Connection, fts_table: str, term: str, fresh: bool) -> int
         ).scalar()
         or 0
     )
-    _TERM_COUNTS[key] = (now, n)
-    _TERM_COUNTS.move_to_end(key)
-    if len(_TERM_COUNTS) > TERM_COUNTS_KEPT:
-        _TERM_COUNTS.popitem(last=False)
+    terms[key] = (now, n)
+    terms.move_to_end(key)
+    if len(terms) > TERM_COUNTS_KEPT:
+        terms.popitem(last=False)
     return n
 
 
