@@ -205,6 +205,33 @@ def merge_hits(
     return sorted(best.values(), key=lambda pair: -pair[1])[:limit]
 
 
+def porter_and_trigram(
+    conn: Connection,
+    terms: Sequence[str],
+    cjk_table: str,
+    porter: Callable[[Sequence[str]], Sequence[tuple[H, float]]],
+    trigram: Callable[[CjkQuery], Sequence[tuple[H, float]]],
+    short: Callable[[CjkQuery], Sequence[tuple[H, float]]],
+    key: Callable[[H], object],
+    limit: int,
+) -> Sequence[tuple[H, float]]:
+    """One store's full-text search on SQLite, as (hit, positive score) best first: its porter
+    index for the words of `terms` and, when cjk_query says so, its trigram index `cjk_table`
+    (`trigram` for CjkQuery.match, `short` for runs too short for a trigram), merged. Each store
+    passes its own statements; the order of the legs and the merge live here."""
+    words, runs = split_cjk(terms)
+    hits = porter(words) if words else []
+    cjk = cjk_query(conn, cjk_table, words, runs)
+    if cjk is None:
+        return hits
+    found = [hits]
+    if cjk.match is not None:
+        found.append(trigram(cjk))
+    if cjk.short:
+        found.append(short(cjk))
+    return merge_hits(found, key, limit)
+
+
 # A term found in more than this share of the indexed texts says little about any of them (its
 # BM25 weight is near zero) but makes the search rank all of them: it is left out of the MATCH when
 # rarer terms remain. ("benchmark message 5" over an archive where every message says "benchmark
@@ -354,22 +381,22 @@ def search_fts(
     """SQLite: FTS5 with porter stemming, ranked by bm25 (negative, lower is better: flipped here),
     and the CJK trigram index when the query holds CJK (split_cjk). Without `snippets` (recall
     reads whole messages) the match runs once instead of twice."""
-    words, runs = split_cjk(terms)
     by_user, by_keys, params = _visible_params(user_id, session_keys)
-    hits = _porter_hits(conn, words, by_user, by_keys, params, limit, snippets) if words else []
-    cjk = cjk_query(conn, "archived_messages_cjk", words, runs)
-    if cjk is None:
-        return hits
-    found: list[Sequence[tuple[ArchiveHit, float]]] = [[(h, h.score) for h in hits]]
-    if cjk.match is not None:
-        rows = conn.execute(
-            _plain(by_user, by_keys, "archived_messages_cjk"), {**params, "q": cjk.match, "limit": limit}
-        ).all()
-        found.append([(_cjk_hit(r, cjk, snippets, -float(r.rank)), -float(r.rank)) for r in rows])
-    if cjk.short:
-        short = _short_rows(conn, cjk, by_user, by_keys, params, limit)
-        found.append([(_cjk_hit(r, cjk, snippets, float(r.score)), float(r.score)) for r in short])
-    return [hit for hit, _ in merge_hits(found, lambda h: h.id, limit)]
+
+    def porter(words: Sequence[str]) -> list[tuple[ArchiveHit, float]]:
+        return [(h, h.score) for h in _porter_hits(conn, words, by_user, by_keys, params, limit, snippets)]
+
+    def trigram(cjk: CjkQuery) -> list[tuple[ArchiveHit, float]]:
+        statement = _plain(by_user, by_keys, "archived_messages_cjk")
+        rows = conn.execute(statement, {**params, "q": cjk.match, "limit": limit}).all()
+        return [(_cjk_hit(r, cjk, snippets, -float(r.rank)), -float(r.rank)) for r in rows]
+
+    def short(cjk: CjkQuery) -> list[tuple[ArchiveHit, float]]:
+        rows = _short_rows(conn, cjk, by_user, by_keys, params, limit)
+        return [(_cjk_hit(r, cjk, snippets, float(r.score)), float(r.score)) for r in rows]
+
+    found = porter_and_trigram(conn, terms, "archived_messages_cjk", porter, trigram, short, lambda h: h.id, limit)
+    return [hit for hit, _ in found]
 
 
 def _cjk_hit(row: Row[*tuple[Any, ...]], cjk: CjkQuery, snippets: bool, score: float) -> ArchiveHit:

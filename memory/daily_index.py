@@ -16,12 +16,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, literal_column, or_, select, text
 from sqlalchemy.engine import Connection
 
-from memory.archive import cjk_query, fts_expression, informative_terms, merge_hits, query_terms, split_cjk
+from memory.archive import CjkQuery, fts_expression, informative_terms, porter_and_trigram, query_terms
 from memory.daily import DailyFiles
 from memory.db import Database
 from memory.schema import daily_chunks
@@ -109,48 +108,50 @@ def _mtime(conn: Connection, rel: str) -> int | None:
 
 
 def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
-    if conn.dialect.name != "sqlite":
-        like = [daily_chunks.c.content.ilike(f"%{t}%") for t in terms]
-        rows: Any = conn.execute(
-            select(daily_chunks, literal_column("1.0").label("score"))
-            .where(or_(*like), daily_chunks.c.scope.in_(list(scopes)))
-            .order_by(daily_chunks.c.day.desc())
-            .limit(limit)
-        ).all()
-    else:
+    if conn.dialect.name == "sqlite":
         return _search_fts(conn, terms, scopes, limit)
+    like = [daily_chunks.c.content.ilike(f"%{t}%") for t in terms]
+    rows = conn.execute(
+        select(daily_chunks, literal_column("1.0").label("score"))
+        .where(or_(*like), daily_chunks.c.scope.in_(list(scopes)))
+        .order_by(daily_chunks.c.day.desc())
+        .limit(limit)
+    ).all()
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
 
 
 def _search_fts(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
     """The porter index ranked by bm25, and the CJK trigram one when the query holds CJK
-    (memory.archive.split_cjk)."""
-    words, runs = split_cjk(terms)
-    hits = []
-    if words:
+    (memory.archive.porter_and_trigram)."""
+
+    def porter(words: Sequence[str]) -> list[tuple[ChunkHit, float]]:
         q = fts_expression(informative_terms(conn, "daily_chunks_fts", words))
-        hits = _rows(conn, _MATCHING.format(fts="daily_chunks_fts"), {"q": q}, scopes, limit)
-    cjk = cjk_query(conn, "daily_chunks_cjk", words, runs)
-    if cjk is None:
-        return hits
-    found = [[(h, h.score) for h in hits]]
-    if cjk.match is not None:
-        matched = _rows(conn, _MATCHING.format(fts="daily_chunks_cjk"), {"q": cjk.match}, scopes, limit)
-        found.append([(h, h.score) for h in matched])
-    if cjk.short:
+        return _scored(_rows(conn, _MATCHING.format(fts="daily_chunks_fts"), {"q": q}, scopes, limit))
+
+    def trigram(cjk: CjkQuery) -> list[tuple[ChunkHit, float]]:
+        assert cjk.match is not None
+        return _scored(_rows(conn, _MATCHING.format(fts="daily_chunks_cjk"), {"q": cjk.match}, scopes, limit))
+
+    def short(cjk: CjkQuery) -> list[tuple[ChunkHit, float]]:
         # Too short for a trigram: a scan of the chunks the trigram index holds (those with CJK in
         # them), scored by how many runs match. A run is CJK letters only: no LIKE escaping.
         likes = {f"s{i}": f"%{run}%" for i, run in enumerate(cjk.short)}
         score = " + ".join(f"(c.content LIKE :{name})" for name in likes)
         any_of = " OR ".join(f"c.content LIKE :{name}" for name in likes)
-        short = (
+        sql = (
             f"SELECT c.id, c.path, c.scope, c.day, c.content, {score} AS score "
             "FROM daily_chunks c WHERE c.id IN (SELECT id FROM daily_chunks_cjk_docsize) "
             f"AND ({any_of}) AND c.scope IN (SELECT value FROM json_each(:scopes)) "
             "ORDER BY score DESC, c.id DESC LIMIT :limit"
         )
-        found.append([(h, h.score) for h in _rows(conn, short, likes, scopes, limit)])
-    return [hit for hit, _ in merge_hits(found, lambda h: h.id, limit)]
+        return _scored(_rows(conn, sql, likes, scopes, limit))
+
+    found = porter_and_trigram(conn, terms, "daily_chunks_cjk", porter, trigram, short, lambda h: h.id, limit)
+    return [hit for hit, _ in found]
+
+
+def _scored(hits: list[ChunkHit]) -> list[tuple[ChunkHit, float]]:
+    return [(h, h.score) for h in hits]
 
 
 _MATCHING = (

@@ -57,13 +57,12 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.engine import Connection, Row
 
 from memory.archive import (
-    cjk_query,
+    CjkQuery,
     fts_expression,
     indexed_count,
     informative_terms,
-    merge_hits,
+    porter_and_trigram,
     query_terms,
-    split_cjk,
 )
 from memory.db import Database
 from memory.model import (
@@ -579,19 +578,17 @@ def search_fts(
 ) -> builtins.list[tuple[MemoryRecord, float]]:
     """SQLite: FTS5 ranked by bm25 (negative, lower is better: flipped here), newest first on ties;
     the CJK trigram index too when the query holds CJK (memory.archive.split_cjk)."""
-    words, runs = split_cjk(terms)
     where = _searchable(scopes, include_projects, now)
-    hits = []
-    if words:
+
+    def porter(words: Sequence[str]) -> builtins.list[tuple[MemoryRecord, float]]:
         q = fts_expression(informative_terms(conn, "memory_records_fts", words))
-        hits = _matching(conn, "memory_records_fts", q, where, limit)
-    cjk = cjk_query(conn, "memory_records_cjk", words, runs)
-    if cjk is None:
-        return hits
-    found = [hits]
-    if cjk.match is not None:
-        found.append(_matching(conn, "memory_records_cjk", cjk.match, where, limit))
-    if cjk.short:
+        return _matching(conn, "memory_records_fts", q, where, limit)
+
+    def trigram(cjk: CjkQuery) -> builtins.list[tuple[MemoryRecord, float]]:
+        assert cjk.match is not None
+        return _matching(conn, "memory_records_cjk", cjk.match, where, limit)
+
+    def short(cjk: CjkQuery) -> builtins.list[tuple[MemoryRecord, float]]:
         # Too short for a trigram: a scan of the records the trigram index holds (those with CJK
         # in them). A run is CJK letters only, so it needs no LIKE escaping.
         docs = sql_table("memory_records_cjk_docsize", column("id", Integer))
@@ -604,8 +601,10 @@ def search_fts(
             .order_by(score.desc(), memory_records.c.seq.desc())
             .limit(limit)
         ).all()
-        found.append([(_record(r), float(r.score)) for r in rows])
-    return merge_hits(found, lambda record: record.id, limit)
+        return [(_record(r), float(r.score)) for r in rows]
+
+    found = porter_and_trigram(conn, terms, "memory_records_cjk", porter, trigram, short, lambda r: r.id, limit)
+    return builtins.list(found)
 
 
 # On a large store the full-text leg ranks this many of FTS5's best matches before joining the
