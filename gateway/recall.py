@@ -66,6 +66,15 @@ def settings_from(config: Config) -> RecallSettings:
     )
 
 
+_PROJECT = ScopeKind.PROJECT.value + ":"  # the prefix of every project scope
+
+
+def _label(kind: str, place: str) -> str:
+    """The index group of an item of `kind` that lives at `place` (a record's or daily chunk's
+    scope, an archived message's session key): who may see it."""
+    return f"{kind}|{place}"
+
+
 def embedder_from_config(config: Config) -> Embedder | None:
     """The embedder memory.search configures; None for keyword search only. Cheap: the model is
     loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run."""
@@ -237,10 +246,10 @@ class TurnRecall:
             index.set_groups(((kind, i), self._group(kind, place, owner)) for i, (place, owner) in places.items())
 
     def _group(self, kind: str, place: str, owner: str | None) -> str:
-        group = f"{kind}|{place}"
+        group = _label(kind, place)
         if kind == "archive" and owner:
             self._sessions_of.setdefault(owner, set()).add(place)
-        elif kind == "record" and place.startswith(ScopeKind.PROJECT.value + ":"):
+        elif kind == "record" and place.startswith(_PROJECT):
             self._project_groups.add(group)
         return group
 
@@ -264,7 +273,8 @@ class TurnRecall:
         keys = set(archive_keys)
         if archive_user is not None:
             keys |= self._sessions_of.get(archive_user, set())
-        groups = {f"record|{s}" for s in scopes} | {f"daily|{s}" for s in daily_scopes} | {f"archive|{k}" for k in keys}
+        groups = {_label("record", s) for s in scopes} | {_label("daily", s) for s in daily_scopes}
+        groups |= {_label("archive", k) for k in keys}
         if include_projects:
             groups |= self._project_groups
         return groups
@@ -346,7 +356,7 @@ class _Legs:
             self.archive_keys = []
         if "archive" not in kinds:
             self.archive_user, self.archive_keys = None, []
-        self.daily_scopes = [s for s in self.scopes if not s.startswith(ScopeKind.PROJECT.value + ":")]
+        self.daily_scopes = [s for s in self.scopes if not s.startswith(_PROJECT)]
         if "daily" not in kinds or recall.daily is None:
             self.daily_scopes = []
         if "record" not in kinds:
@@ -472,7 +482,7 @@ class _Legs:
         return out
 
     def _in_scope(self, scope: str) -> bool:
-        return scope in self.scopes or (self.include_projects and scope.startswith(ScopeKind.PROJECT.value + ":"))
+        return scope in self.scopes or (self.include_projects and scope.startswith(_PROJECT))
 
 
 def _any(conn: Connection, table: str) -> bool:
