@@ -160,15 +160,9 @@ class TurnRecall:
         if load is not None:
             await load()
         index = VectorIndex(embedder.model_id, embedder.dim or None)
-        after = None
         self._groups_checked = utcnow()
-        while True:
-            page = await self.vectors.vectors(embedder.model_id, after=after)
-            index.add_many(page)
-            await self._place(index, page)
-            if not page:
-                break
-            after = (page[-1][0], page[-1][1])
+        await index.load(self.vectors)
+        await self._place(index, index.keys())
         self.index = index
         event(
             log,
@@ -230,16 +224,15 @@ class TurnRecall:
             vecs = await self.embedder.embed_documents([text for _, text in batch])
             rows = [(item_id, text_hash(text), vecs[i]) for i, (item_id, text) in enumerate(batch)]
             await self.vectors.upsert(kind, rows, self.embedder.model_id)
-            added = [(kind, item_id, vec) for item_id, _digest, vec in rows]
-            self.index.add_many(added)
-            await self._place(self.index, added)
+            self.index.add_many([(kind, item_id, vec) for item_id, _digest, vec in rows])
+            await self._place(self.index, [(kind, item_id) for item_id, _digest, _vec in rows])
             done += len(rows)
         return done
 
-    async def _place(self, index: VectorIndex, items: Sequence[tuple[str, str, Any]]) -> None:
+    async def _place(self, index: VectorIndex, keys: Sequence[Key]) -> None:
         """Put indexed items in their visibility groups (an item without one is found by nobody)."""
         by_kind: dict[str, list[str]] = {}
-        for kind, item_id, _vec in items:
+        for kind, item_id in keys:
             by_kind.setdefault(kind, []).append(item_id)
         for kind, ids in by_kind.items():
             places = await self.vectors.places(kind, ids)

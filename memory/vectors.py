@@ -429,6 +429,10 @@ class VectorIndex:
     def __contains__(self, key: object) -> bool:
         return key in self._slots
 
+    def keys(self) -> list[ItemKey]:
+        """Every (kind, item id) in the index."""
+        return list(self._keys)
+
     @property
     def capacity(self) -> int:
         return 0 if self._matrix is None else self._matrix.shape[0]
