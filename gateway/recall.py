@@ -12,6 +12,7 @@ model without a calibrated floor (memory_recall_missing_calibration)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -27,18 +28,19 @@ from gateway.events import utcnow
 from gateway.logs import event
 from gateway.memory_service import MemoryService
 from memory import policy
-from memory.archive import neighbours_in as archive_neighbours
 from memory.archive import query_terms
 from memory.archive import search_in as archive_search
+from memory.archive import threads_in as archive_threads
 from memory.archive import visible_in as archive_visible
 from memory.daily_index import DailyIndex
-from memory.daily_index import neighbours_in as daily_neighbours
 from memory.daily_index import search_in as daily_search
+from memory.daily_index import threads_in as daily_threads
 from memory.daily_index import visible_in as daily_visible
 from memory.embeddings import Embedder, make_embedder, model_info
 from memory.model import MemoryRecord, ScopeKind
 from memory.policy import Actor, Where
-from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select, walk
+from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select
+from memory.records import get_many_in as load_records
 from memory.records import search_in as records_search
 from memory.storage import Storage
 from memory.vectors import VectorIndex, VectorStore, text_hash
@@ -432,47 +434,53 @@ class _Legs:
         return adjacent
 
     def _threads(self, conn: Connection, keys: Sequence[Key], reach: int) -> tuple[dict[Key, list[Key]], Any, Any]:
-        def step(frontier: Sequence[Key]) -> dict[Key, list[Key]]:
-            out: dict[Key, list[Key]] = {}
-            for kind, next_to in (("archive", archive_neighbours), ("daily", daily_neighbours)):
-                ids = [int(i) for k, i in frontier if k == kind and i.isdigit()]
-                for item_id, near in next_to(conn, ids).items():
-                    out[(kind, str(item_id))] = [(kind, str(n)) for n in near]
-            return out
-
-        adjacent = walk(step, keys, reach)
+        adjacent: dict[Key, list[Key]] = {}
+        for kind, threads_in in (("archive", archive_threads), ("daily", daily_threads)):
+            ids = [int(i) for k, i in keys if k == kind and i.isdigit()]
+            for thread in threads_in(conn, ids, reach).values() if ids else ():
+                chain = [(kind, str(n)) for n in thread]
+                for before, after in itertools.pairwise(chain):
+                    adjacent.setdefault(before, []).append(after)
+                    adjacent.setdefault(after, []).append(before)
         new = {n for ns in adjacent.values() for n in ns} - set(keys) - self.cache.keys()
         messages = [int(i) for kind, i in new if kind == "archive"]
         chunks = [int(i) for kind, i in new if kind == "daily"]
-        archived = archive_visible(conn, messages, self.archive_user, self.archive_keys) if messages else []
+        archived = (
+            archive_visible(conn, messages, self.archive_user, self.archive_keys, snippets=False) if messages else []
+        )
         found = daily_visible(conn, chunks, self.daily_scopes) if chunks and self.daily_scopes else []
         return adjacent, archived, found
 
     async def load(self, keys: Sequence[Key]) -> Mapping[Key, Candidate]:
         out = {k: self.cache[k] for k in keys if k in self.cache}
-        todo = [k for k in keys if k not in out]
-        by_kind: dict[str, list[str]] = {}
-        for kind, item_id in todo:
-            by_kind.setdefault(kind, []).append(item_id)
+        todo: dict[str, list[str]] = {}
+        for kind, item_id in keys:
+            if (kind, item_id) not in out:
+                todo.setdefault(kind, []).append(item_id)
+        if not todo:
+            return out
+        records, archived, chunks = await self.r.storage.db.read(self._load_sync, todo)
         now = utcnow()
-        if by_kind.get("record"):
-            for record in await self.r.storage.records.get_many(by_kind["record"]):
-                if policy.can_read(self.actor, record, self.where, now) and self._in_scope(str(record.scope)):
-                    c = self._record_candidate(record)
-                    out[c.key] = self.cache[c.key] = c
-        if by_kind.get("archive") and (self.archive_user is not None or self.archive_keys):
-            ids = [int(i) for i in by_kind["archive"] if i.isdigit()]
-            for h in await self.r.storage.archive.visible(
-                ids, user_id=self.archive_user, session_keys=self.archive_keys
-            ):
-                c = self._archive_candidate(h)
-                out[c.key] = self.cache[c.key] = c
-        if by_kind.get("daily") and self.daily_scopes and self.r.daily is not None:
-            ids = [int(i) for i in by_kind["daily"] if i.isdigit()]
-            for hit in await self.r.daily.visible(ids, scopes=self.daily_scopes):
-                dc = self._daily_candidate(hit)
-                out[dc.key] = self.cache[dc.key] = dc
+        found = [
+            *(self._record_candidate(r) for r in records if policy.can_read(self.actor, r, self.where, now)),
+            *map(self._archive_candidate, archived),
+            *map(self._daily_candidate, chunks),
+        ]
+        for c in found:
+            out[c.key] = self.cache[c.key] = c
         return out
+
+    def _load_sync(self, conn: Connection, todo: Mapping[str, Sequence[str]]) -> tuple[Any, Any, Any]:
+        """The items of `todo` (kind → ids) this person may see, in one transaction (the records'
+        read policy is applied by the caller, with the rest of the record in hand)."""
+        records = [r for r in load_records(conn, todo.get("record", ()), False) if self._in_scope(str(r.scope))]
+        messages = [int(i) for i in todo.get("archive", ()) if i.isdigit()]
+        archived = []
+        if messages and (self.archive_user is not None or self.archive_keys):
+            archived = archive_visible(conn, messages, self.archive_user, self.archive_keys, snippets=False)
+        chunks = [int(i) for i in todo.get("daily", ()) if i.isdigit()]
+        found = daily_visible(conn, chunks, self.daily_scopes) if chunks and self.daily_scopes else []
+        return records, archived, found
 
     def _in_scope(self, scope: str) -> bool:
         return scope in self.scopes or (self.include_projects and scope.startswith(_PROJECT))

@@ -35,8 +35,10 @@ from sqlalchemy import (
     or_,
     select,
     table,
+    text,
 )
 from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql.elements import TextClause
 
 from memory.db import Database
 from memory.schema import archived_messages, sessions
@@ -570,32 +572,42 @@ _BY_IDS: dict[tuple[bool, bool], Select[Any]] = {}
 
 
 def visible_in(
-    conn: Connection, ids: Sequence[int], user_id: str | None, session_keys: Sequence[str]
+    conn: Connection, ids: Sequence[int], user_id: str | None, session_keys: Sequence[str], *, snippets: bool = True
 ) -> list[ArchiveHit]:
-    """The messages of `ids` the asker may see (ArchiveStore.visible, in a caller's transaction)."""
+    """The messages of `ids` the asker may see (ArchiveStore.visible, in a caller's transaction).
+    Without `snippets` (recall reads the whole text) each hit's snippet is empty."""
     by_user, by_keys, params = _visible_params(user_id, session_keys)
     rows = conn.execute(_by_ids_statement(by_user, by_keys), {**params, "ids": list(ids)}).all()
-    return [_hit(r, make_snippet(r.content), 0.0) for r in rows]
+    return [_hit(r, make_snippet(r.content) if snippets else "", 0.0) for r in rows]
 
 
-def _neighbour_statement() -> Select[Any]:
-    a, b = archived_messages, archived_messages.alias("b")
-    near = [b.c.session_id == a.c.session_id, b.c.role.in_(_SEARCHED_ROLES)]
-    before = select(func.max(b.c.id)).where(*near, b.c.id < a.c.id).scalar_subquery()
-    after = select(func.min(b.c.id)).where(*near, b.c.id > a.c.id).scalar_subquery()
-    return select(a.c.id, before, after).where(a.c.id.in_(bindparam("ids", expanding=True)))
+def _thread_statement() -> TextClause:
+    # For each id, its `reach` nearest searched messages on either side, in its own session: two
+    # correlated LIMIT subqueries walk ix_archived_messages_session_id_id from the id outwards, so
+    # the cost does not grow with the session's length.
+    roles = ", ".join(f"'{role}'" for role in _SEARCHED_ROLES)
+    side = (
+        "SELECT h.id, c.id FROM archived_messages h JOIN archived_messages c ON c.id IN ("
+        "SELECT s.id FROM archived_messages s WHERE s.session_id = h.session_id AND s.role IN ({roles}) "
+        "AND s.id {op} h.id ORDER BY s.id {order} LIMIT :reach) WHERE h.id IN :ids"
+    )
+    sql = side.format(roles=roles, op="<", order="DESC") + " UNION ALL " + side.format(roles=roles, op=">", order="")
+    return text(sql).bindparams(bindparam("ids", expanding=True))
 
 
-_NEIGHBOURS = _neighbour_statement()
+_THREADS = _thread_statement()
 
 
-def neighbours_in(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
-    """The searched messages right before and after each of `ids` in its session (the thread a
-    reply like "yes, last Sunday" belongs to). Same session, so visible to whoever sees `ids`."""
-    if not ids:
-        return {}
-    rows = conn.execute(_NEIGHBOURS, {"ids": list(ids)}).all()
-    return {row[0]: [n for n in (row[1], row[2]) if n is not None] for row in rows}
+def threads_in(conn: Connection, ids: Sequence[int], reach: int) -> dict[int, list[int]]:
+    """Each of `ids` with the searched messages around it in its session, up to `reach` on either
+    side, oldest first (the thread a reply like "yes, last Sunday" belongs to). Same session, so
+    visible to whoever sees `ids`. One statement, whatever `reach` is."""
+    if not ids or reach < 1:
+        return {i: [i] for i in ids}
+    found: dict[int, list[int]] = {i: [i] for i in ids}
+    for hit, near in conn.execute(_THREADS, {"ids": list(ids), "reach": reach}):
+        found.setdefault(hit, [hit]).append(near)
+    return {hit: sorted(thread) for hit, thread in found.items()}
 
 
 def _count(conn: Connection, session_id: int | None) -> int:

@@ -175,20 +175,21 @@ def visible_in(conn: Connection, ids: Sequence[int], scopes: Sequence[str]) -> l
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, 0.0) for r in rows]
 
 
-_NEIGHBOURS = text(
-    "SELECT c.id, p.id, n.id FROM daily_chunks c "
-    "LEFT JOIN daily_chunks p ON p.path = c.path AND p.chunk_no = c.chunk_no - 1 "
-    "LEFT JOIN daily_chunks n ON n.path = c.path AND n.chunk_no = c.chunk_no + 1 "
-    "WHERE c.id IN :ids"
+_THREADS = text(
+    "SELECT c.id, n.id, n.chunk_no FROM daily_chunks c JOIN daily_chunks n ON n.path = c.path "
+    "AND n.chunk_no BETWEEN c.chunk_no - :reach AND c.chunk_no + :reach WHERE c.id IN :ids"
 ).bindparams(bindparam("ids", expanding=True))
 
 
-def neighbours_in(conn: Connection, ids: Sequence[int]) -> dict[int, list[int]]:
-    """The chunks right before and after each of `ids` in its daily file (same file, same scope)."""
+def threads_in(conn: Connection, ids: Sequence[int], reach: int) -> dict[int, list[int]]:
+    """Each of `ids` with the chunks around it in its daily file, up to `reach` on either side, in
+    file order (same file, same scope). One statement, whatever `reach` is."""
     if not ids:
         return {}
-    rows = conn.execute(_NEIGHBOURS, {"ids": list(ids)}).all()
-    return {row[0]: [n for n in (row[1], row[2]) if n is not None] for row in rows}
+    found: dict[int, list[tuple[int, int]]] = {}
+    for hit, near, chunk_no in conn.execute(_THREADS, {"ids": list(ids), "reach": max(0, reach)}):
+        found.setdefault(hit, []).append((chunk_no, near))
+    return {hit: [near for _, near in sorted(thread)] for hit, thread in found.items()}
 
 
 def _mtime_of(path: Path) -> int | None:

@@ -391,8 +391,14 @@ class Retriever:
     async def recall(self, query: str, now: datetime) -> Recall:
         t0 = time.perf_counter()
         s = self.settings
-        qvec = await self._query_vector(query)
-        hits = await self._lexical(query, s.lexical_pool)
+        # The query embedding (another thread) runs while the full-text legs ask the database.
+        embedding = asyncio.ensure_future(self._query_vector(query))
+        try:
+            hits = await self._lexical(query, s.lexical_pool)
+        except BaseException:
+            embedding.cancel()
+            raise
+        qvec = await embedding
         pool: dict[Key, Candidate] = {c.key: replace(c, lexical=score) for c, score in hits}
         cosines: dict[Key, float] = {}
         if qvec is not None and self._vector is not None:

@@ -428,7 +428,8 @@ def _load(conn: Connection, record_id: str, include_deleted: bool, for_update: b
     return None if row is None else _record(row)
 
 
-def _load_many(conn: Connection, ids: Sequence[str], include_deleted: bool) -> builtins.list[MemoryRecord]:
+def get_many_in(conn: Connection, ids: Sequence[str], include_deleted: bool) -> builtins.list[MemoryRecord]:
+    """The records of `ids` that exist, in the order asked (RecordStore.get_many, in a caller's transaction)."""
     found: dict[str, MemoryRecord] = {}
     for start in range(0, len(ids), _CHUNK):
         stmt = select(memory_records).where(memory_records.c.id.in_(ids[start : start + _CHUNK]))
@@ -782,7 +783,7 @@ class RecordStore:
         """The records of `ids` that exist, in the order asked."""
         if not ids:
             return []
-        return await self._db.read(_load_many, tuple(ids), include_deleted)
+        return await self._db.read(get_many_in, tuple(ids), include_deleted)
 
     async def update(
         self,

@@ -123,7 +123,8 @@ async def test_archived_neighbours_are_found_through_the_thread(
 
     legs = _Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key))
     near = await legs.neighbours([("archive", str(question))], 1)
-    assert near == {("archive", str(question)): [("archive", str(answer))]}  # not the next session's
+    q, a = ("archive", str(question)), ("archive", str(answer))
+    assert near == {q: [a], a: [q]}  # both ways, and nothing of the next session
     gw.recall.wake()
     await gw.recall.caught_up(timeout=30)
     sections = await gw.recall.sections(Actor("alice", frozenset({"user"})), Where("personal", key), "Blue Note club")

@@ -27,6 +27,7 @@ from memory.archive import (
     search_in,
     search_like,
     split_cjk,
+    threads_in,
 )
 from memory.schema import archived_messages, sessions
 from memory.storage import Storage
@@ -475,3 +476,17 @@ async def test_deleting_or_editing_a_cjk_message_leaves_no_stale_hit(filled: Arc
     await filled.storage.db.read(cjk_consistent, "archived_messages", "id")
     assert await filled.ids("大阪", user_id="alice") == []
     assert await filled.ids("lighthouse", user_id="alice") == [second]
+
+
+async def test_a_thread_reaches_its_neighbours_in_its_own_session_only(archive: Archive) -> None:
+    first = await archive.session("web:a", "alice")
+    other = await archive.session("web:b", "alice")
+    before = await archive.add(first, "one", "two")
+    await archive.add(first, "a tool ran", role="tool")  # never searched, so never a neighbour
+    hit, after = await archive.add(first, "three", "four")
+    elsewhere = await archive.add(other, "five")
+    threads = await archive.storage.db.read(threads_in, [hit, elsewhere[0]], 1)
+    assert threads == {hit: [before[1], hit, after], elsewhere[0]: elsewhere}
+    wide = await archive.storage.db.read(threads_in, [hit], 5)
+    assert wide == {hit: [*before, hit, after]}  # up to five each side: what the session has
+    assert await archive.storage.db.read(threads_in, [hit], 0) == {hit: [hit]}

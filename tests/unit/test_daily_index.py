@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory.daily import DailyFiles
-from memory.daily_index import DailyIndex, chunk, scope_of, write_owner_marker
+from memory.daily_index import DailyIndex, chunk, scope_of, threads_in, write_owner_marker
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
 from tests.unit.test_archive import cjk_consistent
@@ -105,5 +105,29 @@ async def test_cjk_notes_are_found_by_a_word_inside_a_run(tmp_path: Path) -> Non
         await storage.db.read(cjk_consistent, "daily_chunks", "id")
         assert await index.search("东京", scopes=["personal:alice"]) == []
         assert await index.search("大阪", scopes=["personal:alice"]) == []
+    finally:
+        await storage.close()
+
+
+async def test_a_chunk_thread_is_its_neighbours_in_file_order(tmp_path: Path) -> None:
+    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        files = DailyFiles(tmp_path / "memory")
+        index = DailyIndex(storage.db, files)
+        alice = files.path("user", "alice", date(2026, 11, 30))
+        for n in range(12):  # long enough for several chunks
+            files.append(alice, f"{n:02d}:00", [f"Note {n}: " + "the harbour cranes were busy all day. " * 40])
+        bob = files.path("user", "bob", date(2026, 11, 30))
+        files.append(bob, "09:00", ["One short note of Bob's."])
+        assert await index.scan() > 4
+        hits = await index.search("harbour cranes", scopes=["personal:alice"], limit=50)
+        ids = sorted(h.id for h in hits)
+        middle = ids[len(ids) // 2]
+        [theirs] = await index.search("short note", scopes=["personal:bob"])
+        threads = await storage.db.read(threads_in, [middle, theirs.id], 1)
+        assert threads[theirs.id] == [theirs.id]  # another file: no neighbours from Alice's
+        assert len(threads[middle]) == 3 and threads[middle][1] == middle
+        wide = (await storage.db.read(threads_in, [middle], 2))[middle]
+        assert len(wide) == 5 and wide[1:4] == threads[middle]
     finally:
         await storage.close()

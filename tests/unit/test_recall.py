@@ -397,6 +397,51 @@ async def test_a_slow_query_embedding_degrades_to_lexical() -> None:
     assert result.vector_degraded and order(result.ranked) == ["m1", "m4"]
 
 
+async def test_the_query_embedding_runs_while_the_lexical_leg_searches() -> None:
+    pool = Pool()
+    searching, embedding = asyncio.Event(), asyncio.Event()
+
+    # Each waits for the other to have started: one after the other, they would wait forever.
+    async def lexical(query: str, limit: int) -> list[tuple[Candidate, float]]:
+        searching.set()
+        await embedding.wait()
+        return await pool.lexical(query, limit)
+
+    async def embed(text: str) -> Vector:
+        embedding.set()
+        await searching.wait()
+        return await pool.embed(text)
+
+    settings = RecallSettings(recency_half_life_days=0.0)
+    retriever = Retriever(settings, lexical, pool.load, vector=pool.vector, embed_query=embed)
+    result = await asyncio.wait_for(retriever.recall("trip Lisbon", NOW), 5)
+    assert not result.vector_degraded and order(result.ranked)[0] == "m1"
+
+
+async def test_a_failing_lexical_leg_cancels_the_query_embedding() -> None:
+    pool = Pool()
+    embedding = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def broken(query: str, limit: int) -> list[tuple[Candidate, float]]:
+        await embedding.wait()
+        raise RuntimeError("database gone")
+
+    async def embed(text: str) -> Vector:
+        embedding.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+    retriever = Retriever(RecallSettings(), broken, pool.load, vector=pool.vector, embed_query=embed)
+    with pytest.raises(RuntimeError, match="database gone"):
+        await retriever.recall("Lisbon", NOW)
+    await asyncio.wait_for(cancelled.wait(), 5)
+
+
 async def test_a_candidate_without_a_vector_is_a_logged_coverage_gap(caplog: Any) -> None:
     pool = Pool()
 
