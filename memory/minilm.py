@@ -28,7 +28,7 @@ import mmap
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +172,42 @@ def read_spec(path: Path) -> BertSpec:
     )
 
 
+def load_tokenizer(spec: BertSpec) -> Any:
+    """The model's fast tokenizer (tokenizers.Tokenizer), unpadded and truncated as
+    sentence-transformers truncates; every id it gives is within the model's vocabulary."""
+    from tokenizers import Tokenizer
+
+    path = spec.transformer_dir / "tokenizer.json"
+    if not path.is_file():
+        raise UnsupportedModelError(f"{spec.transformer_dir}: no tokenizer.json (a slow tokenizer only)")
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise EmbeddingError(f"{path}: {exc}") from exc
+    tokenizer.no_padding()  # tokenizer.json pads to a fixed 128; batches are padded by the encoder
+    tokenizer.enable_truncation(max_length=spec.max_seq_length)
+    if tokenizer.get_vocab_size(with_added_tokens=True) > spec.vocab_size:
+        # Checked once, so that the encoders' gathers may skip their bounds checks.
+        raise EmbeddingError(f"{path}: more tokens than the model's vocab_size {spec.vocab_size}")
+    return tokenizer
+
+
+def batches(ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]]:
+    """The texts (as indices into `ids`, their token ids) in forward passes: similar lengths together,
+    since every text of a batch is padded to its longest; at most `batch_size` texts and
+    MAX_BATCH_TOKENS padded tokens a pass (or one text, if that is longer)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    order = sorted(range(len(ids)), key=lambda n: len(ids[n]))
+    at = 0
+    while at < len(order):
+        end = at + 1
+        while end < len(order) and end - at < batch_size and (end - at + 1) * len(ids[order[end]]) <= MAX_BATCH_TOKENS:
+            end += 1
+        yield order[at:end]
+        at = end
+
+
 def read_safetensors(path: Path) -> dict[str, npt.NDArray[Any]]:
     """Every tensor of a .safetensors file as a read-only numpy view on one mmap of the file."""
     return _map_safetensors(path)[0]
@@ -262,8 +298,6 @@ class BertSentenceEncoder:
     """A loaded model: `encode(texts)` gives one pooled (and, if the model says so, unit) row per text."""
 
     def __init__(self, path: Path | str) -> None:
-        from tokenizers import Tokenizer
-
         self.path = Path(path)
         spec = read_spec(self.path)
         self.spec = spec
@@ -300,18 +334,7 @@ class BertSentenceEncoder:
                     out_norm=(get(p + "output.LayerNorm.weight", (h,)), get(p + "output.LayerNorm.bias", (h,))),
                 )
             )
-        tokenizer_path = spec.transformer_dir / "tokenizer.json"
-        if not tokenizer_path.is_file():
-            raise UnsupportedModelError(f"{spec.transformer_dir}: no tokenizer.json (a slow tokenizer only)")
-        try:
-            self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
-            raise EmbeddingError(f"{tokenizer_path}: {exc}") from exc
-        self._tokenizer.no_padding()  # tokenizer.json pads to a fixed 128; batches are padded here
-        self._tokenizer.enable_truncation(max_length=spec.max_seq_length)
-        if self._tokenizer.get_vocab_size(with_added_tokens=True) > spec.vocab_size:
-            # Checked once, so that the gathers below may skip their bounds checks.
-            raise EmbeddingError(f"{tokenizer_path}: more tokens than the model's vocab_size {spec.vocab_size}")
+        self._tokenizer = load_tokenizer(spec)
         # A batch holds MAX_BATCH_TOKENS tokens, or one text if that is longer.
         tokens = max(MAX_BATCH_TOKENS, spec.max_seq_length) * h
         scores = max(SCORES_FLOATS, spec.heads * spec.max_seq_length**2)
@@ -332,25 +355,11 @@ class BertSentenceEncoder:
         out = np.zeros((len(texts), self.spec.hidden), dtype=np.float32)
         if not texts:
             return out
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         # One text at a time: encode_batch starts a thread per core and was no faster.
         ids = [self._tokenizer.encode(text).ids for text in texts]
-        # Similar lengths together: every text of a batch is padded to its longest.
-        order = sorted(range(len(ids)), key=lambda n: len(ids[n]))
         with self._lock:  # one workspace
-            at = 0
-            while at < len(order):
-                end = at + 1
-                while (
-                    end < len(order)
-                    and end - at < batch_size
-                    and (end - at + 1) * len(ids[order[end]]) <= MAX_BATCH_TOKENS
-                ):
-                    end += 1
-                batch = order[at:end]
+            for batch in batches(ids, batch_size):
                 out[batch] = self._forward([ids[n] for n in batch])
-                at = end
         if self.spec.normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.float32(1e-12))
         return out

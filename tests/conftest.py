@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The ONNX graphs the local embedder builds (memory.onnx_bert) go to a cache of the tests' own, kept
+# between runs (its key rebuilds a stale one), never into the user's ~/.cache.
+os.environ.setdefault("CLAWGATE_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"clawgate-tests-{os.getuid()}"))
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path

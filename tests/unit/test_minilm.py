@@ -204,22 +204,30 @@ used = rss() - bare
 import asyncio
 from threadpoolctl import threadpool_info
 from memory.embeddings import LocalEmbedder
-embedder = LocalEmbedder(threads=1)
+embedder = LocalEmbedder(threads=1, runtime="numpy")
 asyncio.run(embedder.embed_query("hello"))
 heavy = sorted(m for m in ("torch", "transformers", "sentence_transformers", "scipy") if m in sys.modules)
 blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
-print(json.dumps({"used": used, "heavy": heavy, "runtime": embedder.runtime, "blas": blas}))
+before = rss()
+onnx = LocalEmbedder(threads=1)  # auto: onnxruntime
+asyncio.run(onnx.embed_documents(texts))
+onnx_used = rss() - before
+heavy += sorted(m for m in ("torch", "onnx") if m in sys.modules)  # onnx builds the graph in a child
+print(json.dumps({"used": used, "heavy": heavy, "runtime": embedder.runtime, "blas": blas,
+                  "onnx_runtime": onnx.runtime, "onnx_used": onnx_used}))
 """
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["heavy"] == [] and result["runtime"] == "numpy"
+    assert result["heavy"] == [] and result["runtime"] == "numpy" and result["onnx_runtime"] == "onnx"
     assert result["blas"] and set(result["blas"]) == {1}  # memory.search.threads
     # Weights ~45 MiB (mapped, touched pages only), tokenizer ~10, scratch ~12, numpy's imports:
     # ~90 MiB over a bare python with numpy, where torch + sentence-transformers take ~480.
     assert result["used"] < 110, result
+    # onnxruntime (~29 MiB) with its prepacked weights (mapped from the cached graph's data file).
+    assert result["onnx_used"] < 130, result
 
 
 @pytest.mark.parametrize(
@@ -260,19 +268,19 @@ def test_a_broken_model_is_an_error_not_a_fallback(tmp_path: Path, changes: dict
     assert not isinstance(caught.value, UnsupportedModelError)
 
 
-async def test_local_embedder_runs_numpy_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+async def test_local_embedder_runs_numpy_when_asked_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="memory.embeddings")
-    embedder = LocalEmbedder(threads=1)
+    embedder = LocalEmbedder(threads=1, runtime="numpy")
     try:
-        assert embedder.runtime == "auto" and not embedder.loaded
+        assert not embedder.loaded
         await embedder.load()
         assert embedder.loaded and embedder.runtime == "numpy" and embedder.dim == 384
     finally:
         embedder.close()
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embedding_runtime")]
     assert lines == [f"embedding_runtime runtime=numpy model={LOCAL_MODEL_ID} threads=1"]
-    with pytest.raises(ValueError, match="runtime 'onnx': one of auto, numpy, sentence-transformers"):
-        LocalEmbedder(runtime="onnx")
+    with pytest.raises(ValueError, match="runtime 'tensorflow': one of auto, onnx, numpy, sentence-transformers"):
+        LocalEmbedder(runtime="tensorflow")
 
 
 async def test_without_threadpoolctl_the_uncapped_threads_are_a_warning(
@@ -280,7 +288,7 @@ async def test_without_threadpoolctl_the_uncapped_threads_are_a_warning(
 ) -> None:
     monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # import threadpoolctl → ImportError
     caplog.set_level(logging.INFO, logger="memory.embeddings")
-    embedder = LocalEmbedder(threads=1)
+    embedder = LocalEmbedder(threads=1, runtime="numpy")
     try:
         await embedder.load()
     finally:
