@@ -56,6 +56,7 @@ MODEL = "openai/fake-model"  # --model changes it (a model LiteLLM knows prices 
 TRANSPORT = "auto"  # --transport litellm sends every model call through litellm.acompletion
 SESSION_MESSAGES = 40
 MEMORY = True  # --no-memory: memory.enabled false (no recall, no Memory.md), to see what memory costs
+EMBEDDINGS = False  # --embeddings: memory.search.provider local, as `make run`'s config.yaml
 REPLY = "This is the fake model's reply to your benchmark message."
 REPLY_CHUNKS = 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -185,7 +186,11 @@ def gateway_config_data(api_base: str, data_dir: str) -> dict[str, Any]:
         "logging": {"level": "WARNING"},
         # Sessions hold at most 40 messages (then they are summarized, by the fake, and cut to 24):
         # one long benchmark session keeps a realistic context instead of growing for 1000 turns.
-        "memory": {"enabled": MEMORY, "session_memory": {"max_tokens": 0, "messages": SESSION_MESSAGES}},
+        "memory": {
+            "enabled": MEMORY,
+            "session_memory": {"max_tokens": 0, "messages": SESSION_MESSAGES},
+            "search": {"provider": "local" if EMBEDDINGS else None},
+        },
     }
 
 
@@ -459,7 +464,8 @@ class Child:
 
     def __init__(self, role: str, *args: str, log: Path) -> None:
         self.argv = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--model", MODEL]
-        self.argv += ["--transport", TRANSPORT, *([] if MEMORY else ["--no-memory"]), *args]
+        flags = [*([] if MEMORY else ["--no-memory"]), *(["--embeddings"] if EMBEDDINGS else [])]
+        self.argv += ["--transport", TRANSPORT, *flags, *args]
         self.log = log
         self.proc: asyncio.subprocess.Process | None = None
         self.spawned = 0.0
@@ -794,7 +800,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    global MODEL, TRANSPORT, MEMORY
+    global MODEL, TRANSPORT, MEMORY, EMBEDDINGS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--turns", type=int, default=None, help="turns per scenario (default 1000, --quick 200)")
     p.add_argument("--calls", type=int, default=None, help="calls per baseline (default 400, --quick 100)")
@@ -816,6 +822,9 @@ def main() -> int:
         help="the gateway's ai.transport (default auto: direct to the OpenAI-compatible fake)",
     )
     p.add_argument("--no-memory", action="store_true", help="memory.enabled: false in the gateway")
+    p.add_argument(
+        "--embeddings", action="store_true", help="memory.search.provider: local (the shipped config.yaml's recall)"
+    )
     p.add_argument("--role", choices=["fake", "gateway", "baseline"], help=argparse.SUPPRESS)
     p.add_argument("--api-base", help=argparse.SUPPRESS)
     p.add_argument("--data-dir", help=argparse.SUPPRESS)
@@ -824,6 +833,7 @@ def main() -> int:
     MODEL = args.model
     TRANSPORT = args.transport
     MEMORY = not args.no_memory
+    EMBEDDINGS = args.embeddings
     if args.role == "fake":
         asyncio.run(fake_main())
         return 0

@@ -223,7 +223,10 @@ class MemorySearchConfig(_Strict):
     # network), or openai / gemini / ollama through LiteLLM; empty: keyword search only.
     provider: Literal["local", "openai", "gemini", "ollama"] | None = None
     model: str | None = None  # the embedding model id (default: the provider's usual one)
-    threads: Annotated[int, Field(ge=1, le=64)] = 1  # BLAS (numpy) or torch threads for the local model
+    threads: Annotated[int, Field(ge=1, le=64)] = 1  # onnxruntime, BLAS (numpy) or torch threads, local model
+    # How the local model runs: auto (onnxruntime, else numpy, else sentence-transformers), or one of
+    # them. numpy: ~25 MiB less memory than onnxruntime, 2.4x slower queries (see memory/embeddings.py).
+    runtime: Literal["auto", "onnx", "numpy", "sentence-transformers"] = "auto"
     api_base: str | None = None
     api_key: SecretStr | None = None
 

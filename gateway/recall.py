@@ -85,6 +85,7 @@ def embedder_from_config(config: Config) -> Embedder | None:
         search.provider,
         search.model,
         threads=search.threads,
+        runtime=search.runtime,
         api_base=search.api_base,
         api_key=search.api_key.get_secret_value() if search.api_key else None,
     )

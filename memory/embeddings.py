@@ -475,18 +475,20 @@ def make_embedder(
     threads: int = 1,
     api_base: str | None = None,
     api_key: str | None = None,
+    runtime: str = "auto",
 ) -> Embedder | None:
     """The embedder `memory.search.provider`/`model` ask for; None for keyword-only search.
 
     "local": the bundled all-MiniLM-L6-v2 (model empty or naming it), or a sentence-transformers
-    model directory on disk. ValueError for an unknown provider or a local model that is neither."""
+    model directory on disk, run by `runtime` (see LocalEmbedder). ValueError for an unknown
+    provider or a local model that is neither."""
     if not provider:
         return None
     if provider == "local":
         if not model or model in LOCAL_ALIASES:
-            return LocalEmbedder(threads)
+            return LocalEmbedder(threads, runtime=runtime)
         if Path(model).is_dir():
-            return LocalEmbedder(threads, model_path=model, model_id=model)
+            return LocalEmbedder(threads, model_path=model, model_id=model, runtime=runtime)
         raise ValueError(
             f"memory.search.model {model!r}: the local provider runs {LOCAL_MODEL_ID} (bundled) "
             "or a sentence-transformers model directory; nothing is downloaded"

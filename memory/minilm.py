@@ -11,7 +11,7 @@ sentence_bert_config.json gives max_seq_length (longer input is truncated, as se
 does). Anything else raises UnsupportedModelError, so that the caller can use sentence-transformers.
 
 Weights stay in the file: the token embeddings (half of them) are read a row at a time with pread
-(see _RowTable), the rest are float32 views on a read-only mmap of model.safetensors (the header is
+(see RowTable), the rest are float32 views on a read-only mmap of model.safetensors (the header is
 parsed here). safetensors' own numpy loader would copy every tensor into process memory (~87 MiB
 for MiniLM); this way only the ~42 MiB of matrices every batch multiplies are resident, shared with
 any other process reading the file, and dropped by the kernel under pressure rather than swapped.
@@ -252,7 +252,7 @@ def _map_safetensors(path: Path) -> tuple[dict[str, npt.NDArray[Any]], dict[str,
     return tensors, offsets
 
 
-class _RowTable:
+class RowTable:
     """A float32 (rows, width) table in a file, read a row at a time with pread.
 
     For the token embeddings (45 MiB for MiniLM): a batch needs a few hundred of its 30522 rows, and
@@ -294,6 +294,17 @@ class _Layer:
     out_norm: tuple[Array, Array]
 
 
+def token_embeddings(spec: BertSpec) -> RowTable:
+    """The model's token embedding table, read a row at a time (both runtimes gather from it)."""
+    weights = spec.transformer_dir / "model.safetensors"
+    tensors, offsets = _map_safetensors(weights)
+    get = _TensorReader(tensors, weights)
+    table = get("embeddings.word_embeddings.weight", (spec.vocab_size, spec.hidden))
+    return RowTable(
+        weights, offsets[get.name_of("embeddings.word_embeddings.weight")], (table.shape[0], table.shape[1])
+    )
+
+
 class BertSentenceEncoder:
     """A loaded model: `encode(texts)` gives one pooled (and, if the model says so, unit) row per text."""
 
@@ -302,11 +313,9 @@ class BertSentenceEncoder:
         spec = read_spec(self.path)
         self.spec = spec
         weights = spec.transformer_dir / "model.safetensors"
-        tensors, offsets = _map_safetensors(weights)
-        get = _TensorReader(tensors, weights)
+        get = _TensorReader(read_safetensors(weights), weights)
         h, i = spec.hidden, spec.intermediate
-        word = get("embeddings.word_embeddings.weight", (spec.vocab_size, h))
-        self._word = _RowTable(weights, offsets[get.name_of("embeddings.word_embeddings.weight")], word.shape)
+        self._word = token_embeddings(spec)
         self._position = get("embeddings.position_embeddings.weight", (spec.max_positions, h))
         self._token_type0 = get("embeddings.token_type_embeddings.weight", (None, h))[0]
         self._embed_norm = (get("embeddings.LayerNorm.weight", (h,)), get("embeddings.LayerNorm.bias", (h,)))

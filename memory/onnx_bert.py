@@ -41,11 +41,12 @@ from memory.minilm import (
     load_tokenizer,
     read_safetensors,
     read_spec,
+    token_embeddings,
 )
 
 Array = npt.NDArray[np.float32]
 
-BUILDER_VERSION = 1  # part of the cache key: bump when the graph built here changes
+BUILDER_VERSION = 2  # part of the cache key: bump when the graph built here changes
 OPSET = 17  # LayerNormalization is a standard operator from 17 on
 IR_VERSION = 8  # readable by any onnxruntime from 1.11 on
 MODEL_FILE, DATA_FILE = "model.onnx", "model.onnx.data"
@@ -195,9 +196,10 @@ class _Graph:
 
 
 def build_model(spec: BertSpec) -> Any:
-    """The float32 ONNX model (onnx.ModelProto) of the encoder `spec` describes: input_ids and
-    attention_mask (int64, batch x tokens) in, sentence_embedding (float32, batch x hidden) out,
-    mean-pooled over the mask and, if the model says so, L2-normalized."""
+    """The float32 ONNX model (onnx.ModelProto) of the encoder `spec` describes: token_rows (the
+    tokens' embedding rows, float32, batch x tokens x hidden: gathered by the caller from the file, see
+    memory.minilm.RowTable) and attention_mask (int64, batch x tokens) in; sentence_embedding
+    (float32, batch x hidden) out, mean-pooled over the mask and, if the model says so, unit length."""
     from onnx import TensorProto, checker, helper
 
     tensors = read_safetensors(spec.transformer_dir / "model.safetensors")
@@ -216,9 +218,10 @@ def build_model(spec: BertSpec) -> Any:
     one = g.const("one", np.array(1.0, dtype=np.float32))
     axis = {n: g.const(f"axis_{n}".replace("-", "m"), np.array([n], dtype=np.int64)) for n in (0, 1, 2, -1)}
 
-    # Embeddings: the token's row, its position's row (the table's first `tokens` rows), token type 0.
-    words = g.op("Gather", [g.const("word_embeddings", t("embeddings.word_embeddings.weight")), "input_ids"])
-    length = g.op("Shape", ["input_ids"], "length", start=1, end=2)
+    # Embeddings: the token's row (gathered by the caller), its position's row (the table's first
+    # `tokens` rows), token type 0.
+    words = "token_rows"
+    length = g.op("Shape", ["attention_mask"], "length", start=1, end=2)
     positions = g.const("position_embeddings", t("embeddings.position_embeddings.weight"))
     zero = g.const("zero", np.array([0], dtype=np.int64))
     position_rows = g.op("Slice", [positions, zero, length, axis[0]])
@@ -275,8 +278,8 @@ def build_model(spec: BertSpec) -> Any:
     g.nodes.append(helper.make_node("Identity", [pooled], ["sentence_embedding"]))
 
     inputs = [
-        helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "tokens"])
-        for n in ("input_ids", "attention_mask")
+        helper.make_tensor_value_info("token_rows", TensorProto.FLOAT, ["batch", "tokens", spec.hidden]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "tokens"]),
     ]
     output = helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", spec.hidden])
     graph = helper.make_graph(g.nodes, "bert_sentence_encoder", inputs, [output], g.initializers)
@@ -298,6 +301,7 @@ class OnnxSentenceEncoder:
         self.path = Path(path)
         self.spec = read_spec(self.path)
         self._tokenizer = load_tokenizer(self.spec)
+        self._words = token_embeddings(self.spec)
         self.model_file, self.built = cached_model(self.path, cache_dir)
         try:
             self._session = _session(ort, self.model_file, threads)
@@ -324,14 +328,17 @@ class OnnxSentenceEncoder:
         return out
 
     def _run(self, batch: list[list[int]]) -> Array:
-        longest = max(len(i) for i in batch)
-        input_ids = np.zeros((len(batch), longest), dtype=np.int64)
+        longest, hidden = max(len(i) for i in batch), self.spec.hidden
+        input_ids = np.zeros((len(batch), longest), dtype=np.intp)  # padding: row 0, masked out
         mask = np.zeros((len(batch), longest), dtype=np.int64)
         for row, token_ids in enumerate(batch):
             input_ids[row, : len(token_ids)] = token_ids
             mask[row, : len(token_ids)] = 1
+        rows = np.empty((input_ids.size, hidden), dtype=np.float32)
+        self._words.take(input_ids.reshape(-1), rows, np.empty_like(rows))
+        feed = {"token_rows": rows.reshape(len(batch), longest, hidden), "attention_mask": mask}
         with self._lock:  # one run at a time: the caller's thread count is the budget
-            result = self._session.run(["sentence_embedding"], {"input_ids": input_ids, "attention_mask": mask})
+            result = self._session.run(["sentence_embedding"], feed)
         return np.asarray(result[0], dtype=np.float32)
 
 

@@ -59,9 +59,11 @@ def test_every_error_is_listed_with_path_value_and_reason() -> None:
             "channels": {"web": {"port": "http", "colour": "red"}},
             "users": {"a": {"roles": ["wizard"], "identities": ["nocolon"]}},
             "timezone": "Mars/Olympus",
+            "memory": {"search": {"provider": "local", "runtime": "tensorflow"}},
         }
     )
     assert set(found) >= {
+        "memory.search.runtime",
         "ai.model",
         "ai.fallback",
         "ai.surprise",
@@ -75,6 +77,7 @@ def test_every_error_is_listed_with_path_value_and_reason() -> None:
     assert "unknown key" in found["ai.surprise"]
     assert "'wizard'" in found["users.a.roles[0]"]
     assert "Mars/Olympus" in found["timezone"]
+    assert "'onnx'" in found["memory.search.runtime"] and "'numpy'" in found["memory.search.runtime"]
 
 
 def test_secrets_are_masked_in_errors() -> None:

@@ -55,7 +55,7 @@ def test_the_same_vectors_as_the_numpy_runtime(
 
 def test_the_graph_is_built_once_and_rebuilt_for_a_changed_model(tmp_path: Path, cache: Path) -> None:
     first, built = cached_model(local_model_path(), cache)
-    assert (first.parent / DATA_FILE).stat().st_size > 80_000_000  # the weights beside the graph
+    assert (first.parent / DATA_FILE).stat().st_size > 40_000_000  # the matrices beside the graph
     assert (first.parent / MODEL_FILE).stat().st_size < 1_000_000
     again, built = cached_model(local_model_path(), cache)
     assert again == first and not built
@@ -103,7 +103,7 @@ def test_the_childs_refusal_reaches_the_caller(tmp_path: Path) -> None:
     header = b'{"__metadata__": {}}'
     weights = len(header).to_bytes(8, "little") + header
     model = _variant(tmp_path, {"model.safetensors": weights})
-    with pytest.raises(UnsupportedModelError, match=r"no tensor embeddings\.word_embeddings\.weight"):
+    with pytest.raises(UnsupportedModelError, match=r"no tensor embeddings\.position_embeddings\.weight"):
         cached_model(model, tmp_path / "cache")
 
 
@@ -188,3 +188,12 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert default_cache_dir() == tmp_path / "x" / "clawgate" / "onnx"
     assert os.environ.get("CLAWGATE_CACHE_DIR") is None
+
+
+def test_the_configured_runtime_reaches_the_embedder() -> None:
+    from gateway.config_load import parse_config
+    from gateway.recall import embedder_from_config
+
+    config = parse_config({"memory": {"search": {"provider": "local", "runtime": "numpy"}}}, env={})
+    embedder = embedder_from_config(config)
+    assert isinstance(embedder, LocalEmbedder) and embedder.runtime == "numpy" and not embedder.loaded
