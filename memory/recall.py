@@ -391,18 +391,18 @@ class Retriever:
     async def recall(self, query: str, now: datetime) -> Recall:
         t0 = time.perf_counter()
         s = self.settings
-        # The query embedding (another thread) runs while the full-text legs ask the database.
-        embedding = asyncio.ensure_future(self._query_vector(query))
+        # The query embedding (another thread) and then the vector search run while the full-text
+        # legs ask the database: the model, numpy and SQLite each release the GIL.
+        vector_leg = asyncio.ensure_future(self._vector_hits(query))
         try:
             hits = await self._lexical(query, s.lexical_pool)
         except BaseException:
-            embedding.cancel()
+            vector_leg.cancel()
+            if vector_leg.done() and not vector_leg.cancelled():
+                vector_leg.exception()  # failed too: retrieved, so asyncio does not log it as lost
             raise
-        qvec = await embedding
+        qvec, cosines = await vector_leg
         pool: dict[Key, Candidate] = {c.key: replace(c, lexical=score) for c, score in hits}
-        cosines: dict[Key, float] = {}
-        if qvec is not None and self._vector is not None:
-            cosines.update(await self._vector(qvec, s.vector_pool, None))
         wanted = list(dict.fromkeys([*pool, *cosines]))
         adjacent: dict[Key, Sequence[Key]] = {}
         if self._neighbours is not None and s.neighbour_weight > 0 and wanted:
@@ -423,6 +423,13 @@ class Retriever:
         ranked = fuse(candidates, s, now, min_cosine=self.floor, neighbours=adjacent, query=query)
         ms = (time.perf_counter() - t0) * 1000
         return Recall(ranked, self.floor, self.floor_source, qvec is None and self._embed is not None, gap, ms)
+
+    async def _vector_hits(self, query: str) -> tuple[Vector | None, dict[Key, float]]:
+        """The query's vector (None: no embedder, or degraded) and the vector leg's best, by cosine."""
+        qvec = await self._query_vector(query)
+        if qvec is None or self._vector is None:
+            return qvec, {}
+        return qvec, dict(await self._vector(qvec, self.settings.vector_pool, None))
 
     async def _query_vector(self, query: str) -> Vector | None:
         if self._embed is None or self._vector is None:
