@@ -340,8 +340,36 @@ async def check_embeddings(ctx: Context) -> Result:
                 "reinstall the dependencies (make run, or pip install -e .)",
                 data=data,
             )
+        runtime, note = _local_runtime(embedder, path)
+        data["runtime"] = runtime
+        detail += f", runtime {runtime} ({note})"
+        if runtime == "onnx" and note == "onnxruntime is not installed":
+            ctx.lack("embedder", "the embedding runtime is missing")
+            hint = "reinstall the dependencies, or set memory.search.runtime: auto (numpy when onnx is missing)"
+            return Result("fail", detail, hint, data=data)
     ctx.provide(embedder=embedder)
     return Result("ok", detail, data=data)
+
+
+def _local_runtime(embedder: Any, path: Path) -> tuple[str, str]:
+    """Which runtime the bundled model will run on, and why, found without importing onnxruntime
+    or building anything (LocalEmbedder decides the same way when it loads)."""
+    import importlib.util
+
+    from memory.minilm import UnsupportedModelError
+    from memory.onnx_bert import cached_graph
+
+    if embedder.runtime not in ("auto", "onnx"):
+        return embedder.runtime, "memory.search.runtime"
+    if importlib.util.find_spec("onnxruntime") is None:
+        return ("numpy" if embedder.runtime == "auto" else "onnx"), "onnxruntime is not installed"
+    try:
+        graph = cached_graph(path, embedder.cache_dir)
+    except UnsupportedModelError as exc:
+        return "numpy", str(exc)
+    if graph is None:
+        return "onnx", "its graph is built at the first start, in about 2 s"
+    return "onnx", f"graph cached in {graph.parent}"
 
 
 async def check_floor(ctx: Context) -> Result:

@@ -83,13 +83,19 @@ def cached_model(path: Path, cache_dir: Path | None = None) -> tuple[Path, bool]
     The build runs in a child process (`python -m memory.onnx_bert`): it imports the onnx package
     and holds the whole model as protobuf (~200 MiB at its peak), none of which should stay in a
     gateway that only runs the result."""
-    spec = read_spec(path)
+    found = cached_graph(path, cache_dir)
+    if found is not None:
+        return found, False
     root = cache_dir or default_cache_dir()
-    final = root / f"{_slug(path)}-{cache_key(spec)}"
-    if not _complete(final):
-        _build_in_child(path, root)
-        return final / MODEL_FILE, True
-    return final / MODEL_FILE, False
+    _build_in_child(path, root)
+    return root / f"{_slug(path)}-{cache_key(read_spec(path))}" / MODEL_FILE, True
+
+
+def cached_graph(path: Path, cache_dir: Path | None = None) -> Path | None:
+    """The cached ONNX file of the model in `path`, or None when it has not been built yet (no
+    build here: `clawgate doctor` asks). UnsupportedModelError for a model this runtime cannot run."""
+    final = (cache_dir or default_cache_dir()) / f"{_slug(path)}-{cache_key(read_spec(path))}"
+    return final / MODEL_FILE if _complete(final) else None
 
 
 def _complete(directory: Path) -> bool:

@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import yaml
 from sqlalchemy import insert, text
 from sqlalchemy.engine import Connection
 
+from gateway import doctor
+from gateway.doctor import Context
 from tests.cli import REPO, run_cli
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -36,7 +39,7 @@ def _config(tmp_path: Path, **memory: Any) -> Path:
     return path
 
 
-async def _doctor(config: Path) -> tuple[int, dict[str, Any], str]:
+async def _doctor(config: Path, **env: str) -> tuple[int, dict[str, Any], str]:
     """(exit code, checks by name, stderr) of `doctor --json`, run through PROBE."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -48,7 +51,7 @@ async def _doctor(config: Path) -> tuple[int, dict[str, Any], str]:
         "--json",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={"PYTHONPATH": str(REPO)},
+        env={"PYTHONPATH": str(REPO), "CLAWGATE_CACHE_DIR": str(config.parent / "cache"), **env},
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
@@ -185,13 +188,15 @@ async def test_local_embeddings_coverage_and_other_models_without_loading_the_mo
     assert "imported: nothing heavy" in err  # the model is described, not loaded
     emb = checks["embeddings"]
     assert emb["status"] == "ok"
-    assert emb["detail"] == f"local: {MODEL}, query prefix '', dimension 384"
+    first_start = "runtime onnx (its graph is built at the first start, in about 2 s)"
+    assert emb["detail"] == f"local: {MODEL}, query prefix '', dimension 384, {first_start}"
     assert emb["data"] == {
         "provider": "local",
         "model": MODEL,
         "query_prefix": "",
         "document_prefix": "",
         "dim": 384,
+        "runtime": "onnx",
     }
     floor = checks["recall floor"]
     assert floor["status"] == "ok" and floor["data"] == {"floor": 0.22, "source": "manifest"}
@@ -322,3 +327,35 @@ async def test_a_broken_config_lists_every_problem_and_skips_the_rest(tmp_path: 
 
     rc, checks, _ = await _doctor(tmp_path / "missing.yaml")
     assert rc == 1 and checks["config"]["hint"].startswith("create it")
+
+
+async def test_the_local_runtime_is_reported_without_building_or_importing_it(tmp_path: Path) -> None:
+    from memory.embeddings import local_model_path
+    from memory.onnx_bert import cached_model
+
+    config = _config(tmp_path, search={"provider": "local"})
+    graph, _ = cached_model(local_model_path(), tmp_path / "cache" / "onnx")  # what a first start does
+    rc, checks, err = await _doctor(config)
+    assert rc == 0 and "imported: nothing heavy" in err, err
+    assert checks["embeddings"]["detail"].endswith(f"runtime onnx (graph cached in {graph.parent})")
+    assert checks["embeddings"]["data"]["runtime"] == "onnx"
+
+    config = _config(tmp_path, search={"provider": "local", "runtime": "numpy"})
+    rc, checks, err = await _doctor(config)
+    assert rc == 0 and checks["embeddings"]["detail"].endswith("runtime numpy (memory.search.runtime)")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "status", "ends"), [("auto", "ok", "runtime numpy"), ("onnx", "fail", "runtime onnx")]
+)
+async def test_without_onnxruntime_auto_says_numpy_and_onnx_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime: str, status: str, ends: str
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    config = _config(tmp_path, search={"provider": "local", "runtime": runtime})
+    by_name = {r.name: r for r in await doctor.run_checks(Context(config))}
+    assert by_name["embeddings"].status == status
+    assert by_name["embeddings"].detail.endswith(f"{ends} (onnxruntime is not installed)")
