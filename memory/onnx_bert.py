@@ -83,19 +83,24 @@ def cached_model(path: Path, cache_dir: Path | None = None) -> tuple[Path, bool]
     The build runs in a child process (`python -m memory.onnx_bert`): it imports the onnx package
     and holds the whole model as protobuf (~200 MiB at its peak), none of which should stay in a
     gateway that only runs the result."""
-    found = cached_graph(path, cache_dir)
-    if found is not None:
-        return found, False
     root = cache_dir or default_cache_dir()
+    graph = graph_dir(path, root) / MODEL_FILE
+    if _complete(graph.parent):
+        return graph, False
     _build_in_child(path, root)
-    return root / f"{_slug(path)}-{cache_key(read_spec(path))}" / MODEL_FILE, True
+    return graph, True
 
 
 def cached_graph(path: Path, cache_dir: Path | None = None) -> Path | None:
     """The cached ONNX file of the model in `path`, or None when it has not been built yet (no
     build here: `clawgate doctor` asks). UnsupportedModelError for a model this runtime cannot run."""
-    final = (cache_dir or default_cache_dir()) / f"{_slug(path)}-{cache_key(read_spec(path))}"
-    return final / MODEL_FILE if _complete(final) else None
+    directory = graph_dir(path, cache_dir or default_cache_dir())
+    return directory / MODEL_FILE if _complete(directory) else None
+
+
+def graph_dir(path: Path, root: Path) -> Path:
+    """Where in the cache `root` the graph of the model in `path` lies (built or not)."""
+    return root / f"{_slug(path)}-{cache_key(read_spec(path))}"
 
 
 def _complete(directory: Path) -> bool:
@@ -132,7 +137,7 @@ def build_into(path: Path, root: Path) -> Path:
     cached_model). Written to a temporary directory beside its final place and renamed into it, so
     that a process stopped mid-build, or two building at once, never leave a half-written model."""
     spec = read_spec(path)
-    final = root / f"{_slug(path)}-{cache_key(spec)}"
+    final = graph_dir(path, root)
     if _complete(final):
         return final / MODEL_FILE
     try:
