@@ -28,7 +28,7 @@ import mmap
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -208,6 +208,21 @@ def batches(ids: Sequence[Sequence[int]], batch_size: int) -> Iterator[list[int]
         at = end
 
 
+def encode_in_batches(
+    tokenizer: Any, texts: Sequence[str], width: int, batch_size: int, forward: Callable[[list[list[int]]], Array]
+) -> Array:
+    """float32 (len(texts), width): `forward` run on the token ids of each batch (see batches), its
+    rows put back in the texts' order. Both runtimes encode through this."""
+    out = np.zeros((len(texts), width), dtype=np.float32)
+    if not texts:
+        return out
+    # One text at a time: encode_batch starts a thread per core and was no faster.
+    ids = [tokenizer.encode(text).ids for text in texts]
+    for batch in batches(ids, batch_size):
+        out[batch] = forward([ids[n] for n in batch])
+    return out
+
+
 def read_safetensors(path: Path) -> dict[str, npt.NDArray[Any]]:
     """Every tensor of a .safetensors file as a read-only numpy view on one mmap of the file."""
     return _map_safetensors(path)[0]
@@ -361,14 +376,8 @@ class BertSentenceEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int = BATCH_SIZE) -> Array:
         """float32 (len(texts), dim): mean-pooled, L2-normalized if the model has a Normalize module."""
-        out = np.zeros((len(texts), self.spec.hidden), dtype=np.float32)
-        if not texts:
-            return out
-        # One text at a time: encode_batch starts a thread per core and was no faster.
-        ids = [self._tokenizer.encode(text).ids for text in texts]
         with self._lock:  # one workspace
-            for batch in batches(ids, batch_size):
-                out[batch] = self._forward([ids[n] for n in batch])
+            out = encode_in_batches(self._tokenizer, texts, self.spec.hidden, batch_size, self._forward)
         if self.spec.normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.float32(1e-12))
         return out

@@ -42,7 +42,7 @@ from memory.minilm import (
     BATCH_SIZE,
     BertSpec,
     UnsupportedModelError,
-    batches,
+    encode_in_batches,
     load_tokenizer,
     read_safetensors,
     read_spec,
@@ -335,13 +335,7 @@ class OnnxSentenceEncoder:
         return self.spec.hidden
 
     def encode(self, texts: Sequence[str], batch_size: int = BATCH_SIZE) -> Array:
-        out = np.zeros((len(texts), self.spec.hidden), dtype=np.float32)
-        if not texts:
-            return out
-        ids = [self._tokenizer.encode(text).ids for text in texts]
-        for batch in batches(ids, batch_size):
-            out[batch] = self._run([ids[n] for n in batch])
-        return out
+        return encode_in_batches(self._tokenizer, texts, self.spec.hidden, batch_size, self._run)
 
     def _run(self, batch: list[list[int]]) -> Array:
         longest, hidden = max(len(i) for i in batch), self.spec.hidden
