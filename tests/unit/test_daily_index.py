@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +18,24 @@ from memory.daily_index import DailyIndex, chunk, scope_of, threads_in, write_ow
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
 from tests.unit.test_archive import cjk_consistent
+
+
+@dataclass
+class Notes:
+    storage: Storage
+    files: DailyFiles
+    index: DailyIndex
+
+
+@pytest.fixture
+async def notes(tmp_path: Path) -> AsyncIterator[Notes]:
+    """A migrated database with daily files under tmp_path/memory and their index."""
+    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+    try:
+        files = DailyFiles(tmp_path / "memory")
+        yield Notes(storage, files, DailyIndex(storage.db, files))
+    finally:
+        await storage.close()
 
 
 def test_chunks_are_about_400_tokens_and_overlap() -> None:
@@ -49,85 +70,70 @@ def test_scope_comes_from_where_the_file_lies(tmp_path: Path) -> None:
     assert scope_of(tmp_path, altered) == "channel:telegram:group:-100"  # ... until its marker says
 
 
-async def test_index_search_and_reindex_on_change(tmp_path: Path) -> None:
-    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
-    try:
-        files = DailyFiles(tmp_path / "memory")
-        index = DailyIndex(storage.db, files)
-        alice = files.path("user", "alice", date(2026, 11, 30))
-        files.append(alice, "10:00 · web dm", ["The staging database moved to host db-7."])
-        shared = files.path("global", None, date(2026, 11, 30))
-        files.append(shared, "11:00", ["Deploys are frozen during the holidays."])
-        assert await index.scan() == 2
-        assert await index.scan() == 0  # unchanged files are skipped
-        [hit] = await index.search("where is the staging database?", scopes=["personal:alice"])
-        assert "db-7" in hit.content and hit.day == "2026-11-30" and hit.scope == "personal:alice"
-        assert await index.search("staging database", scopes=["personal:bob", "global"]) == []
-        files.append(alice, "12:00 · web dm", ["The staging database moved again, to db-9."])
-        os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
-        assert await index.index_file(alice) == 1
-        [hit] = await index.search("staging database", scopes=["personal:alice"])
-        assert "db-9" in hit.content
-    finally:
-        await storage.close()
+async def test_index_search_and_reindex_on_change(notes: Notes) -> None:
+    files, index = notes.files, notes.index
+    alice = files.path("user", "alice", date(2026, 11, 30))
+    files.append(alice, "10:00 · web dm", ["The staging database moved to host db-7."])
+    shared = files.path("global", None, date(2026, 11, 30))
+    files.append(shared, "11:00", ["Deploys are frozen during the holidays."])
+    assert await index.scan() == 2
+    assert await index.scan() == 0  # unchanged files are skipped
+    [hit] = await index.search("where is the staging database?", scopes=["personal:alice"])
+    assert "db-7" in hit.content and hit.day == "2026-11-30" and hit.scope == "personal:alice"
+    assert await index.search("staging database", scopes=["personal:bob", "global"]) == []
+    files.append(alice, "12:00 · web dm", ["The staging database moved again, to db-9."])
+    os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
+    assert await index.index_file(alice) == 1
+    [hit] = await index.search("staging database", scopes=["personal:alice"])
+    assert "db-9" in hit.content
 
 
-async def test_cjk_notes_are_found_by_a_word_inside_a_run(tmp_path: Path) -> None:
-    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
-    try:
-        files = DailyFiles(tmp_path / "memory")
-        index = DailyIndex(storage.db, files)
-        alice = files.path("user", "alice", date(2026, 11, 30))
-        files.append(alice, "10:00 · web dm", ["我住在东京已经三年了", "私は毎朝コーヒーを飲みます"])
-        bob = files.path("user", "bob", date(2026, 11, 30))
-        files.append(bob, "10:00 · web dm", ["서울에서 한국어를 공부해요", "我在Tokyo工作"])
-        assert await index.scan() == 2
-        for query, scope in [
-            ("东京", "personal:alice"),
-            ("住在东京", "personal:alice"),
-            ("コーヒー", "personal:alice"),
-            ("毎朝", "personal:alice"),
-            ("한국어", "personal:bob"),
-            ("工作", "personal:bob"),
-            ("Tokyo", "personal:bob"),
-        ]:
-            [hit] = await index.search(query, scopes=[scope])
-            assert query in hit.content and hit.score > 0, query
-            other = "personal:bob" if scope == "personal:alice" else "personal:alice"
-            assert await index.search(query, scopes=[other, "global"]) == [], query
-        # A file rewritten: its chunks are replaced (deleted, inserted), the trigram index follows.
-        files.append(alice, "11:00 · web dm", ["搬到大阪了"])
-        os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
-        assert await index.index_file(alice) == 1
-        alice.write_text("nothing in CJK any more\n", encoding="utf-8")
-        os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
-        assert await index.index_file(alice) == 1
-        await storage.db.read(cjk_consistent, "daily_chunks", "id")
-        assert await index.search("东京", scopes=["personal:alice"]) == []
-        assert await index.search("大阪", scopes=["personal:alice"]) == []
-    finally:
-        await storage.close()
+async def test_cjk_notes_are_found_by_a_word_inside_a_run(notes: Notes) -> None:
+    storage, files, index = notes.storage, notes.files, notes.index
+    alice = files.path("user", "alice", date(2026, 11, 30))
+    files.append(alice, "10:00 · web dm", ["我住在东京已经三年了", "私は毎朝コーヒーを飲みます"])
+    bob = files.path("user", "bob", date(2026, 11, 30))
+    files.append(bob, "10:00 · web dm", ["서울에서 한국어를 공부해요", "我在Tokyo工作"])
+    assert await index.scan() == 2
+    for query, scope in [
+        ("东京", "personal:alice"),
+        ("住在东京", "personal:alice"),
+        ("コーヒー", "personal:alice"),
+        ("毎朝", "personal:alice"),
+        ("한국어", "personal:bob"),
+        ("工作", "personal:bob"),
+        ("Tokyo", "personal:bob"),
+    ]:
+        [hit] = await index.search(query, scopes=[scope])
+        assert query in hit.content and hit.score > 0, query
+        other = "personal:bob" if scope == "personal:alice" else "personal:alice"
+        assert await index.search(query, scopes=[other, "global"]) == [], query
+    # A file rewritten: its chunks are replaced (deleted, inserted), the trigram index follows.
+    files.append(alice, "11:00 · web dm", ["搬到大阪了"])
+    os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
+    assert await index.index_file(alice) == 1
+    alice.write_text("nothing in CJK any more\n", encoding="utf-8")
+    os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
+    assert await index.index_file(alice) == 1
+    await storage.db.read(cjk_consistent, "daily_chunks", "id")
+    assert await index.search("东京", scopes=["personal:alice"]) == []
+    assert await index.search("大阪", scopes=["personal:alice"]) == []
 
 
-async def test_a_chunk_thread_is_its_neighbours_in_file_order(tmp_path: Path) -> None:
-    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
-    try:
-        files = DailyFiles(tmp_path / "memory")
-        index = DailyIndex(storage.db, files)
-        alice = files.path("user", "alice", date(2026, 11, 30))
-        for n in range(12):  # long enough for several chunks
-            files.append(alice, f"{n:02d}:00", [f"Note {n}: " + "the harbour cranes were busy all day. " * 40])
-        bob = files.path("user", "bob", date(2026, 11, 30))
-        files.append(bob, "09:00", ["One short note of Bob's."])
-        assert await index.scan() > 4
-        hits = await index.search("harbour cranes", scopes=["personal:alice"], limit=50)
-        ids = sorted(h.id for h in hits)
-        middle = ids[len(ids) // 2]
-        [theirs] = await index.search("short note", scopes=["personal:bob"])
-        threads = await storage.db.read(threads_in, [middle, theirs.id], 1)
-        assert threads[theirs.id] == [theirs.id]  # another file: no neighbours from Alice's
-        assert len(threads[middle]) == 3 and threads[middle][1] == middle
-        wide = (await storage.db.read(threads_in, [middle], 2))[middle]
-        assert len(wide) == 5 and wide[1:4] == threads[middle]
-    finally:
-        await storage.close()
+async def test_a_chunk_thread_is_its_neighbours_in_file_order(notes: Notes) -> None:
+    storage, files, index = notes.storage, notes.files, notes.index
+    alice = files.path("user", "alice", date(2026, 11, 30))
+    for n in range(12):  # long enough for several chunks
+        files.append(alice, f"{n:02d}:00", [f"Note {n}: " + "the harbour cranes were busy all day. " * 40])
+    bob = files.path("user", "bob", date(2026, 11, 30))
+    files.append(bob, "09:00", ["One short note of Bob's."])
+    assert await index.scan() > 4
+    hits = await index.search("harbour cranes", scopes=["personal:alice"], limit=50)
+    ids = sorted(h.id for h in hits)
+    middle = ids[len(ids) // 2]
+    [theirs] = await index.search("short note", scopes=["personal:bob"])
+    threads = await storage.db.read(threads_in, [middle, theirs.id], 1)
+    assert threads[theirs.id] == [theirs.id]  # another file: no neighbours from Alice's
+    assert len(threads[middle]) == 3 and threads[middle][1] == middle
+    wide = (await storage.db.read(threads_in, [middle], 2))[middle]
+    assert len(wide) == 5 and wide[1:4] == threads[middle]
