@@ -96,6 +96,10 @@ class Conversation:
         return f"channel:locomo-{self.n}"
 
     @property
+    def speakers(self) -> set[str]:
+        return {t.speaker for t in self.turns}
+
+    @property
     def now(self) -> datetime:  # questions are asked the day after the last session
         return self.turns[-1].at + timedelta(days=1)
 
@@ -256,19 +260,26 @@ class Bench:
             embed_query=self.embedder.embed_query,
             neighbours=adjacent if neighbours else None,
             calibrated_floor=model_info(self.embedder.model_id).min_cosine,
+            names=conv.speakers,
         )
 
 
 # The project's recall as configured by default, and the plain hybrid it is measured against.
 RECALL = RecallSettings()
 PLAIN_HYBRID = RecallSettings(
-    neighbour_weight=0.0, speaker_boost=0.0, recency_half_life_days=0.0, lexical_pool=50, min_cosine=-1.0
+    neighbour_weight=0.0,
+    speaker_boost=0.0,
+    search_without_names=False,
+    recency_half_life_days=0.0,
+    lexical_pool=50,
+    min_cosine=-1.0,
 )
 # What each piece of the recall is worth: the recall with one piece taken out (no latency measured).
 ABLATIONS: dict[str, tuple[RecallSettings, bool, bool]] = {  # label: (settings, mixed vectors, neighbours)
     "recall without neighbour lift": (replace(RECALL, neighbour_weight=0.0), True, False),
     "recall without context vectors": (RECALL, False, True),
     "recall without speaker boost": (replace(RECALL, speaker_boost=0.0), True, True),
+    "recall with names left in the search text": (replace(RECALL, search_without_names=False), True, True),
     "recall without recency": (replace(RECALL, recency_half_life_days=0.0), True, True),
     "recall without cosine floor": (replace(RECALL, min_cosine=-1.0), True, True),
 }

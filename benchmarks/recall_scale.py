@@ -17,7 +17,10 @@ and 10% of her current conversation; 10% more are copies of hers in other users'
 and in a group she is not in, created a minute later so that they would win a tie if the policy
 let them through. Besides the records: archived messages of her sessions and of others' (written
 through the session store, as the gateway archives them) and daily-note chunks of her, of the
-global notes and of another user (written and indexed as a session flush does).
+global notes and of another user (written and indexed as a session flush does). The people who
+speak in the data are identities with their display names (the records attributed to them, the
+archived messages authored by them), so a question naming one is searched without the name and
+boosts what they said, as in a gateway.
 
 Everything runs through the gateway's own recall, built as gateway/app.py builds it:
 `TurnRecall(config, storage, MemoryService(...), DailyIndex(...), make_embedder("local", None, 1))`.
@@ -430,6 +433,17 @@ async def add_records(
     return elapsed
 
 
+def identity_of(speaker: str) -> str:
+    return f"telegram:{speaker.lower()}"
+
+
+async def add_people(storage: Storage, turns: Sequence[Turn]) -> None:
+    """The people who speak in the data are identities with their display names, as the people
+    quoted in a gateway's memories are: a question naming one is searched without the name."""
+    for speaker in sorted({t.speaker for t in turns}):
+        await storage.identities.resolve(identity_of(speaker), speaker)
+
+
 async def add_archive(config: Config, storage: Storage, turns: Sequence[Turn], per_user: int, world: World) -> None:
     """Archived messages as the session store archives them: alice's sessions hold turns of the
     first seven conversations, other people's sessions turns of the last three."""
@@ -444,7 +458,8 @@ async def add_archive(config: Config, storage: Storage, turns: Sequence[Turn], p
     for key, owner, audience, said in plan:
         state = await storage.sessions.active(key, agent.name, owner, audience)
         messages = [
-            Message("user" if t.first else "assistant", t.text, author=t.speaker if t.first else None) for t in said
+            Message("user" if t.first else "assistant", t.text, author=identity_of(t.speaker) if t.first else None)
+            for t in said
         ]
         await storage.sessions.append(state, messages)
         last = messages[-1].id
@@ -854,6 +869,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             await embedder.load()
             print(f"writing {sizes[0]:,} memories, archived messages and daily notes …", file=sys.stderr)
+            await add_people(storage, turns)
             import_s = await add_records(storage, texts, 0, sizes[0], anchor, world)
             await add_archive(config, storage, turns, archive_per_user, world)
             await add_daily(config, storage, turns, daily_files, anchor, world)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
@@ -53,6 +54,8 @@ UPKEEP_BATCH = 64
 # runs when something was written (wake) and otherwise once an hour, never in a tight idle loop.
 UPKEEP_IDLE_SECONDS = 3600.0
 UPKEEP_DEBOUNCE_SECONDS = 1.0
+# Who a query may name (identities' display names) is read again at most this often.
+NAMES_TTL_SECONDS = 60.0
 
 
 def settings_from(config: Config) -> RecallSettings:
@@ -119,6 +122,8 @@ class TurnRecall:
         self._cursor: dict[str, str | None] = {}  # per kind: the last item embedded in this pass
         self._task: asyncio.Task[None] | None = None
         self._cooldown = Cooldown()  # each degradation logged once per cooldown, per gateway
+        self._names: dict[str, str] = {}  # identity → display name (see speakers())
+        self._names_read = -math.inf
 
     # -- background: the embedder, the index, and embedding what is new ----------------------------
 
@@ -277,6 +282,14 @@ class TurnRecall:
 
     # -- a turn's recall -----------------------------------------------------------------------------
 
+    async def speakers(self) -> Mapping[str, str]:
+        """identity → display name: who a message's author is, as people name them in a question,
+        so that "what did Dana say about …" boosts Dana's messages (and searches without "Dana")."""
+        if time.monotonic() - self._names_read > NAMES_TTL_SECONDS:
+            self._names = await self.storage.identities.display_names()
+            self._names_read = time.monotonic()
+        return self._names
+
     async def rank(
         self,
         actor: Actor,
@@ -289,7 +302,8 @@ class TurnRecall:
         """Everything `actor` may recall for `query` from `where`, best first (of `kinds` only), and
         the records among them by id. sections() picks a turn's share; the CLI's search shows it."""
         settings = settings or self.settings
-        legs = _Legs(self, actor, where, kinds)
+        names = await self.speakers()
+        legs = _Legs(self, actor, where, names, kinds)
         vectors = self.index is not None and self.embedder is not None
         retriever = Retriever(
             settings,
@@ -300,6 +314,7 @@ class TurnRecall:
             embed_query=self.embedder.embed_query if vectors and self.embedder is not None else None,
             calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
             cooldown=self._cooldown,
+            names=set(names.values()),
         )
         event(
             log,
@@ -338,10 +353,13 @@ class TurnRecall:
 class _Legs:
     """The retriever's callables for one person in one conversation, every one behind the policy."""
 
-    def __init__(self, recall: TurnRecall, actor: Actor, where: Where, kinds: Collection[str] = KINDS) -> None:
+    def __init__(
+        self, recall: TurnRecall, actor: Actor, where: Where, names: Mapping[str, str], kinds: Collection[str] = KINDS
+    ) -> None:
         self.r = recall
         self.actor = actor
         self.where = where
+        self.names = names  # identity → display name: a message's author as a question names them
         visible = recall.memory.visible(actor, where)
         self.scopes = [str(s) for s in visible.scopes]
         self.include_projects = visible.include_projects
@@ -364,9 +382,9 @@ class _Legs:
         self.records[record.id] = record
         return Candidate.of_record(record)
 
-    @staticmethod
-    def _archive_candidate(h: Any) -> Candidate:
-        return Candidate("archive", str(h.id), h.content, h.session_key, h.created_at, speaker=h.author)
+    def _archive_candidate(self, h: Any) -> Candidate:
+        speaker = self.names.get(h.author, h.author) if h.author else None
+        return Candidate("archive", str(h.id), h.content, h.session_key, h.created_at, speaker=speaker)
 
     @staticmethod
     def _daily_candidate(h: Any) -> Candidate:

@@ -57,6 +57,13 @@ def _load_user(conn: Connection, user_id: str) -> User | None:
     return User(id=row.id, roles=tuple(row.roles), identities=tuple(idents))
 
 
+def _display_names(conn: Connection) -> dict[str, str]:
+    rows = conn.execute(
+        select(identities.c.identity, identities.c.display_name).where(identities.c.display_name.is_not(None))
+    )
+    return {r.identity: r.display_name for r in rows if r.display_name.strip()}
+
+
 def _owner(conn: Connection, identity: str) -> str | None:
     owner = conn.execute(select(identities.c.user_id).where(identities.c.identity == identity)).scalar()
     return None if owner is None else str(owner)
@@ -100,6 +107,10 @@ class IdentityStore:
         if user is not None:
             self._users[user_id] = user
         return user
+
+    async def display_names(self) -> dict[str, str]:
+        """identity → the name its person goes by there, for the identities that gave one."""
+        return await self._db.read(_display_names)
 
     async def resolve(self, identity: str, display_name: str | None = None) -> User:
         """The user behind an identity, creating a new `user` on first contact."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import aiohttp
 
@@ -60,3 +61,40 @@ async def test_vector_recall_with_the_local_model(
     assert "Lisbon" in system_of(fake_llm)
     await say(http, gw, "what city is my home in?", BOB_TOKEN)
     assert "Lisbon" not in system_of(fake_llm)
+
+
+async def test_a_question_naming_someone_finds_what_they_said(gateway: Gateway) -> None:
+    """Authors are identities; a question names them by display name. The name boosts what that
+    person said and is left out of the search text (it would match every message mentioning them)."""
+    from memory.policy import Actor, Where
+    from memory.sessions import Message
+
+    storage, recall = gateway.storage, gateway.recall
+    assert storage is not None and recall is not None
+    await storage.identities.resolve("telegram:7", "Dana")
+    await storage.identities.resolve("telegram:8", "Eli")
+    key = "telegram:group:-100"
+    state = await storage.sessions.active(key, "main", None, "group")
+    await storage.sessions.append(
+        state,
+        [
+            Message("user", "I sold the boat last week", author="telegram:7"),
+            Message("user", "the boat trip with Dana was fun", author="telegram:8"),
+        ],
+    )
+    last = state.recent[-1].id
+    assert last is not None
+    await storage.sessions.archive(state, last, "reset")
+    ranked, _ = await recall.rank(
+        Actor("telegram-8", frozenset({"user"})), Where("group", key), "what did Dana say about the boat?"
+    )
+    top = ranked.ranked[0]
+    assert top.candidate.text == "I sold the boat last week"
+    assert top.candidate.speaker == "Dana" and top.parts["speaker"] > 1
+    recall.settings = replace(recall.settings, search_without_names=False)
+    ranked, _ = await recall.rank(
+        Actor("telegram-8", frozenset({"user"})), Where("group", key), "what did Dana say about the boat?"
+    )
+    assert (
+        ranked.ranked[0].candidate.text == "the boat trip with Dana was fun"
+    )  # the name's match outweighs who said it

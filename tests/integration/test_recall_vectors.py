@@ -121,7 +121,7 @@ async def test_archived_neighbours_are_found_through_the_thread(
     answer = ids["Yes, last Sunday, with Marta."]
     from gateway.recall import _Legs
 
-    legs = _Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key))
+    legs = _Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key), {})
     near = await legs.neighbours([("archive", str(question))], 1)
     q, a = ("archive", str(question)), ("archive", str(answer))
     assert near == {q: [a], a: [q]}  # both ways, and nothing of the next session

@@ -33,6 +33,7 @@ from memory.recall import (
     select,
     squash,
     walk,
+    without_names,
 )
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -230,6 +231,52 @@ def test_a_speaker_named_in_the_query_is_boosted() -> None:
 )
 def test_named_in(query: str, speaker: str | None, named: bool) -> None:
     assert named_in(query, speaker) is named
+
+
+@pytest.mark.parametrize(
+    ("query", "names", "searched"),
+    [
+        ("What activities does Melanie partake in?", ["Melanie", "Caroline"], "What activities does partake in?"),
+        ("When did Melanie's kids go camping?", ["Melanie"], "When did kids go camping?"),
+        ("What did jon smith say about tyres", ["Jon Smith"], "What did say about tyres"),
+        ("What did Jon say about tyres", ["Jon Smith"], "What did Jon say about tyres"),  # not the whole name
+        ("Is Melanies car red?", ["Melanie"], "Is Melanies car red?"),  # another word
+        ("Caroline?", ["Caroline"], "Caroline?"),  # nothing else left: the query itself
+        ("Where did they go?", ["Caroline"], "Where did they go?"),
+        ("Where did they go?", [], "Where did they go?"),
+    ],
+)
+def test_without_names(query: str, names: list[str], searched: str) -> None:
+    assert without_names(query, names) == searched
+
+
+async def test_the_legs_search_without_the_names_and_the_boost_still_sees_them() -> None:
+    pool = Pool()
+    pool.items["m5"] = ("Melanie said Melanie likes Lisbon", [0.0, 1.0])
+    searched: list[str] = []
+
+    async def lexical(query: str, limit: int) -> list[tuple[Candidate, float]]:
+        searched.append(query)
+        return await pool.lexical(query, limit)
+
+    async def embed(text: str) -> Vector:
+        searched.append(text)
+        return await pool.embed(text)
+
+    def speaking(item_id: str) -> Candidate:
+        return replace(cand(item_id, text=pool.items[item_id][0]), speaker="Melanie" if item_id == "m1" else None)
+
+    pool.candidate = speaking  # type: ignore[method-assign]
+    settings = RecallSettings(recency_half_life_days=0.0, neighbour_weight=0.0, speaker_boost=0.5)
+    named = Retriever(settings, lexical, pool.load, vector=pool.vector, embed_query=embed, names=["Melanie"])
+    result = await named.recall("Melanie Lisbon", NOW)
+    assert sorted(searched) == ["Lisbon", "Lisbon"]  # both legs, without the name
+    assert result.ranked[0].candidate.id == "m1" and result.ranked[0].parts["speaker"] == 1.5
+    searched.clear()
+    kept = Retriever(replace(settings, search_without_names=False), lexical, pool.load, names=["Melanie"])
+    result = await kept.recall("Melanie Lisbon", NOW)
+    assert searched == ["Melanie Lisbon"]
+    assert result.ranked[0].candidate.id == "m5"  # the name matched m5's words; m1's lexical share is 0
 
 
 # --- determinism --------------------------------------------------------------------------------
