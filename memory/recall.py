@@ -58,7 +58,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -117,6 +117,13 @@ class Candidate:
             record.created_at,
             record.memory_class,
             speaker=record.attribution,
+        )
+
+    def scored(self, lexical: float | None, cosine: float | None) -> Candidate:
+        """This candidate with both legs' scores (dataclasses.replace, at ~200 candidates a
+        turn, cost 2 ms of a 20 ms recall)."""
+        return Candidate(
+            self.kind, self.id, self.text, self.scope, self.created_at, self.memory_class, lexical, cosine, self.speaker
         )
 
     @property
@@ -426,7 +433,8 @@ class Retriever:
                 vector_leg.exception()  # failed too: retrieved, so asyncio does not log it as lost
             raise
         qvec, cosines = await vector_leg
-        pool: dict[Key, Candidate] = {c.key: replace(c, lexical=score) for c, score in hits}
+        pool: dict[Key, Candidate] = {c.key: c for c, _ in hits}
+        lexical = {c.key: score for c, score in hits}
         wanted = list(dict.fromkeys([*pool, *cosines]))
         adjacent: dict[Key, Sequence[Key]] = {}
         if self._neighbours is not None and s.neighbour_weight > 0 and wanted:
@@ -440,7 +448,7 @@ class Retriever:
         missing = [k for k in wanted if k not in pool]
         if missing:
             pool.update(await self._load(missing))
-        candidates = [replace(c, cosine=cosines.get(k)) for k, c in pool.items()]
+        candidates = [c.scored(lexical.get(k), cosines.get(k)) for k, c in pool.items()]
         gap = 0 if qvec is None else sum(1 for c in candidates if c.cosine is None)
         if gap and self._cooldown.ready("memory_recall_coverage_gap"):
             log.warning("memory_recall_coverage_gap candidates=%d without_vector=%d", len(candidates), gap)

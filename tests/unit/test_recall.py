@@ -506,3 +506,8 @@ async def test_a_candidate_without_a_vector_is_a_logged_coverage_gap(caplog: Any
         assert result.coverage_gap == 1
         assert {s.candidate.id: s.parts["vector"] for s in result.ranked} == {"m4": 0.0, "m1": 1.0}
     assert caplog.text.count("memory_recall_coverage_gap") == 1
+
+
+def test_scored_keeps_every_other_field() -> None:
+    c = Candidate("archive", "7", "text", "s", NOW, MemoryClass.EVIDENCE, 0.5, 0.6, "Dana")
+    assert c.scored(0.1, 0.2) == replace(c, lexical=0.1, cosine=0.2)
