@@ -19,6 +19,7 @@ from gateway.config_load import secret_values
 from gateway.context import CoreFiles, PromptContext
 from gateway.delivery import Delivery
 from gateway.events import ConversationRef
+from gateway.jobs import JobRunner
 from gateway.llm import LLMClient
 from gateway.logs import event, setup_logging
 from gateway.memory_service import MemoryService
@@ -49,6 +50,7 @@ class Gateway:
         self.session_memory: SessionMemory | None = None
         self.daily_index: DailyIndex | None = None
         self.recall: TurnRecall | None = None
+        self.jobs: JobRunner | None = None
         self.llm = LLMClient(
             timeout=config.ai.timeout_seconds,
             retries=config.ai.retries,
@@ -105,6 +107,8 @@ class Gateway:
 
         daily = DailyFiles(self.config.storage.data_dir / "memory", secrets)
         self.daily_index = DailyIndex(storage.db, daily)
+        # Background work (DESIGN §8): each feature registers its job kinds on this runner below.
+        self.jobs = JobRunner(storage.jobs, secrets=list(secrets))
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets), self.daily_index)
         memory = MemoryService(self.config, storage.records, list(secrets))
         embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
@@ -144,6 +148,7 @@ class Gateway:
         self.llm.start_loading()
         self.session_memory.start()
         self.recall.start()  # loads the embedding model in the background: recall is lexical meanwhile
+        self.jobs.start()
         self._background.append(asyncio.create_task(self._maintenance()))
         self._background.append(asyncio.create_task(self._index_daily_files()))
         self._background.append(asyncio.create_task(self._check_models()))
@@ -160,6 +165,8 @@ class Gateway:
             task.cancel()
         if self.router is not None:
             await self.router.drain(deadline)
+        if self.jobs is not None:
+            await self.jobs.stop()
         if self.session_memory is not None:
             await self.session_memory.stop()
         if self.recall is not None:

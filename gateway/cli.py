@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway import __version__, cli_memory
+from gateway import __version__, cli_memory, cli_status
 from gateway.config_load import ConfigError, default_config_path, load_config
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     approve = pairing_sub.add_parser("approve", help="approve a pairing code")
     approve.add_argument("code")
     cli_memory.add_parsers(sub)
+    cli_status.add_parsers(sub)
     return p
 
 
@@ -133,5 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_pairing(args)
     if args.command == "memory":
         return cli_memory.run(args, _config_path(args))
+    if args.command in ("status", "jobs"):
+        return cli_status.run(args, _config_path(args))
     parser.print_help()
     return 0 if args.command is None else 2

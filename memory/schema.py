@@ -252,7 +252,11 @@ memory_revisions = Table(
     Column("before", JSON),  # None for create and import
     Column("after", JSON, nullable=False),
     Column("note", String(255)),
+    # Revisions written together by one change of several records (a merge) share a batch id, and
+    # are undone together.
+    Column("batch", String(40)),
     UniqueConstraint("record_id", "revision"),
+    Index("ix_memory_revisions_batch", "batch"),
 )
 
 # One embedding per searchable item and embedding model (DESIGN §7): items are long-term records
@@ -286,4 +290,63 @@ daily_chunks = Table(
     Column("file_mtime_ns", BigInteger, nullable=False),
     UniqueConstraint("path", "chunk_no"),
     Index("ix_daily_chunks_scope", "scope"),
+)
+
+# Background work (DESIGN §8): durable jobs, run one at a time per `key` (a session key, or a
+# system key such as `sys:merge`), retried with backoff, dead-lettered after `max_attempts`. A job
+# is claimed by setting `lease_until`; a lease that ran out (the process died) makes it claimable
+# again, so handlers must be idempotent. `dedupe` makes enqueueing the same work twice a no-op.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(64), nullable=False),  # formation | consolidate | merge | …
+    Column("key", String(512), nullable=False),  # jobs of one key run one at a time, in id order
+    Column("payload", JSON, nullable=False),
+    Column("status", String(16), nullable=False),  # pending | running | done | dead
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("run_after", UTCDateTime, nullable=False),
+    Column("lease_until", UTCDateTime),
+    Column("claimed_by", String(128)),
+    Column("last_error", String(512)),
+    Column("result", JSON),
+    Column("dedupe", String(255), unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Index("ix_jobs_status_run_after", "status", "run_after"),
+    Index("ix_jobs_key_status", "key", "status"),
+)
+
+# One row per memory-backed turn (DESIGN §6, recall trace): what recall returned and what became of
+# it. Later confirmations, edits, rejections and supersessions are read from the records' revisions.
+recall_traces = Table(
+    "recall_traces",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_key", String(512), nullable=False),
+    Column("user_id", String(128)),
+    Column("event_id", String(255)),
+    Column("query", Text, nullable=False),
+    Column("items", JSON, nullable=False),  # [{kind, id, score, used, reason, needs_confirmation}]
+    Column("written", JSON, nullable=False),  # record ids written back during the turn
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_recall_traces_session_key", "session_key", "id"),
+    Index("ix_recall_traces_user_id", "user_id", "id"),
+)
+
+# Saved queries and tool presets admins approved (issue 7: tool-failure hints).
+tool_presets = Table(
+    "tool_presets",
+    metadata,
+    Column("id", String(40), primary_key=True),  # pre-…
+    Column("tool", String(128), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("arguments", JSON, nullable=False),
+    Column("note", Text),
+    Column("approved", Boolean, nullable=False),
+    Column("created_by", String(255), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_tool_presets_tool", "tool"),
 )

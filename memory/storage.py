@@ -6,6 +6,7 @@ from memory.archive import ArchiveStore
 from memory.db import Database
 from memory.flushes import FlushStore
 from memory.identities import IdentityStore
+from memory.jobs import JobStore
 from memory.journal import Journal
 from memory.links import LinkStore, PairingStore
 from memory.records import RecordStore
@@ -18,6 +19,7 @@ class Storage:
         self.identities = IdentityStore(db)
         self.sessions = SessionStore(db)
         self.flushes = FlushStore(db)
+        self.jobs = JobStore(db)
         self.archive = ArchiveStore(db)
         self.records = RecordStore(db)
         self.journal = Journal(db)

@@ -1,0 +1,178 @@
+"""Runs the job queue (memory/jobs.py) in the background of the gateway, never on the reply path.
+
+Handlers are registered per kind. A few workers (tasks) claim jobs; jobs of one key (a session)
+still run one at a time, in order, because the store only hands out the first unfinished job of a
+key. A running job's lease is renewed while it runs, so only a dead process lets it go.
+
+A handler returns a small JSON-able result (kept on the job) or raises: `JobFailed(permanent=True)`
+for work that can never succeed (dead at once), anything else to be retried with backoff. Errors are
+kept and logged by type and a redacted message: never a secret.
+
+Every path logs a stable event: job_done, job_retry, job_dead, job_lease_lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from gateway.events import utcnow
+from gateway.logs import event
+from memory.jobs import DEAD, RUNNING, Job, JobStore
+from memory.redact import redact
+
+log = logging.getLogger("clawgate.jobs")
+
+Handler = Callable[[Job], Awaitable[Mapping[str, Any] | None]]
+LEASE = timedelta(minutes=5)
+IDLE_POLL_SECONDS = 30.0  # at most this long between looks at the queue (a job queued elsewhere)
+MIN_WAIT_SECONDS = 0.05
+
+
+class JobFailed(Exception):
+    """A job that failed with a reason worth keeping; `permanent` ones are not retried."""
+
+    def __init__(self, reason: str, *, permanent: bool = False) -> None:
+        super().__init__(reason)
+        self.permanent = permanent
+
+
+class JobRunner:
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        workers: int = 2,
+        lease: timedelta = LEASE,
+        secrets: list[str] | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.store = store
+        self.workers = workers
+        self.lease = lease
+        self.secrets = secrets or []
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._handlers: dict[str, Handler] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running = 0
+        self._settled = asyncio.Event()  # set while nothing runs and nothing was due at the last look
+
+    def register(self, kind: str, handler: Handler) -> None:
+        self._handlers[kind] = handler
+
+    @property
+    def kinds(self) -> list[str]:
+        return sorted(self._handlers)
+
+    async def enqueue(self, kind: str, key: str, payload: Mapping[str, Any] | None = None, **kw: Any) -> int | None:
+        """Queue a job and wake the workers; the job's id, or None for a duplicate (`dedupe`)."""
+        job_id = await self.store.enqueue(kind, key, payload, **kw)
+        self.wake()
+        return job_id
+
+    def wake(self) -> None:
+        self._settled.clear()
+        self._wake.set()
+
+    def start(self) -> None:
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [loop.create_task(self._work(n)) for n in range(self.workers)]
+
+    async def stop(self) -> None:
+        """Cancel the workers: a job cut off here keeps its lease and runs again after it runs out
+        (at the next start, or on another instance), as after a crash."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def idle(self, timeout: float = 30.0) -> None:
+        """Wait until no job runs (here, or leased by a worker that is gone) and none is due now;
+        jobs waiting for a retry later do not count (tests, CLI). TimeoutError past `timeout`."""
+        self.wake()
+        async with asyncio.timeout(timeout):
+            while True:
+                await self._settled.wait()
+                await asyncio.sleep(0)  # let a worker that was just woken claim first
+                if self._settled.is_set() and (await self.store.counts())[RUNNING] == 0:
+                    return
+                self._settled.clear()  # a lease still runs: the workers look again when it ends
+
+    async def run_once(self) -> Job | None:
+        """Claim and run one due job in this task (the CLI's `--now`, tests); the job, or None."""
+        job = await self.store.claim(self.worker_id, self.lease, self.kinds)
+        if job is not None:
+            await self._run(job)
+        return job
+
+    async def _work(self, n: int) -> None:
+        while True:
+            try:
+                job = await self.store.claim(self.worker_id, self.lease, self.kinds)
+            except Exception as exc:  # a busy or failing database: look again later
+                event(log, "job_claim_failed", logging.WARNING, error=type(exc).__name__)
+                job = None
+                await asyncio.sleep(1.0)
+            if job is not None:
+                self._running += 1
+                try:
+                    await self._run(job)
+                finally:
+                    self._running -= 1
+                self._wake.set()  # the next job of its key may be due now: every worker looks again
+                continue
+            if self._running == 0:
+                self._settled.set()
+            await self._wait()
+
+    async def _wait(self) -> None:
+        due = await self.store.next_due()
+        wait = IDLE_POLL_SECONDS
+        if due is not None:
+            wait = min(wait, max(MIN_WAIT_SECONDS, (due - utcnow()).total_seconds()))
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), wait)
+        except TimeoutError:
+            pass
+
+    async def _run(self, job: Job) -> None:
+        handler = self._handlers[job.kind]
+        started = time.perf_counter()
+        keeper = asyncio.get_running_loop().create_task(self._keep_lease(job))
+        try:
+            result = await handler(job)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            permanent = isinstance(exc, JobFailed) and exc.permanent
+            reason = redact(f"{type(exc).__name__}: {exc}", self.secrets)
+            status = await self.store.failed(job, reason, permanent=permanent)
+            name = "job_dead" if status == DEAD else "job_retry"
+            level = logging.ERROR if status == DEAD else logging.WARNING
+            event(
+                log, name, level, job=job.id, kind=job.kind, key=job.key, attempt=job.attempts, error=type(exc).__name__
+            )
+            return
+        finally:
+            keeper.cancel()
+        if await self.store.done(job, result):
+            ms = (time.perf_counter() - started) * 1000
+            event(log, "job_done", job=job.id, kind=job.kind, key=job.key, attempt=job.attempts, ms=round(ms, 1))
+        else:
+            event(log, "job_lease_lost", logging.WARNING, job=job.id, kind=job.kind, key=job.key)
+
+    async def _keep_lease(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(self.lease.total_seconds() / 3)
+            if not await self.store.extend(job, self.lease):
+                event(log, "job_lease_lost", logging.WARNING, job=job.id, kind=job.kind, key=job.key)
+                return
