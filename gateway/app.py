@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -16,18 +17,22 @@ from gateway.auth import TokenAuth
 from gateway.commands import COMMANDS
 from gateway.config import Config
 from gateway.config_load import secret_values
+from gateway.consolidation import CONSOLIDATE_JOB, Consolidator
 from gateway.context import CoreFiles, PromptContext
 from gateway.delivery import Delivery
 from gateway.events import ConversationRef
+from gateway.formation import Formation
 from gateway.jobs import JobRunner
 from gateway.llm import LLMClient
 from gateway.logs import event, setup_logging
 from gateway.memory_service import MemoryService
-from gateway.memory_tools import memory_tools, search_archive_tool
+from gateway.memory_tools import consolidate_tool, memory_tools, search_archive_tool
+from gateway.merge_job import MERGE_JOB, Merger, scheduler_from_config
 from gateway.metrics import Metrics
 from gateway.openai_api import OpenAIApi
 from gateway.ports import Adapter, ChannelServices, HistoryItem
 from gateway.recall import TurnRecall, embedder_from_config
+from gateway.recall_trace import TraceRecorder
 from gateway.router import Router
 from gateway.server import add_ops_routes, build_app
 from gateway.session_memory import SessionMemory
@@ -35,7 +40,10 @@ from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex
+from memory.presets import PresetStore
+from memory.revisions import RevisionLog
 from memory.storage import Storage
+from memory.traces import TraceStore
 
 log = logging.getLogger("clawgate.app")
 
@@ -51,6 +59,9 @@ class Gateway:
         self.daily_index: DailyIndex | None = None
         self.recall: TurnRecall | None = None
         self.jobs: JobRunner | None = None
+        self.formation: Formation | None = None
+        self.consolidator: Consolidator | None = None
+        self.traces: TraceRecorder | None = None
         self.llm = LLMClient(
             timeout=config.ai.timeout_seconds,
             retries=config.ai.retries,
@@ -114,10 +125,24 @@ class Gateway:
         embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
         self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder)
         memory.on_change = self.session_memory.on_change = self.recall.wake
+        # Memory formation (issue 7): SessionMemory queues one job per archived range, the runner runs it.
+        self.formation = Formation(self.config, storage, self.llm, self.session_memory, self.jobs, list(secrets))
+        self.formation.register()
+        self.formation.on_change = self.recall.wake
+        self.session_memory.formation = self.formation.queue
+        # Consolidation into Memory.md and the daily merge (issue 7): their job kinds and the tool.
+        chain = functools.partial(self.session_memory.background_chain, self.config.agents.list[0])
+        self.consolidator = Consolidator(self.config, storage, self.llm, daily, self.daily_index, list(secrets), chain)
+        merger = Merger(storage.records, RevisionLog(storage.db))
+        self.consolidator.on_change = merger.on_change = self.recall.wake
+        self.jobs.register(CONSOLIDATE_JOB, self.consolidator.handle_job)
+        self.jobs.register(MERGE_JOB, merger.handle_job)
         tools = [CURRENT_TIME]
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
-        engine = TurnEngine(self.config, self.llm, ToolRegistry(tools))
+            tools.append(consolidate_tool(self.consolidator, self.jobs))
+        engine = TurnEngine(self.config, self.llm, ToolRegistry(tools, PresetStore(storage.db, list(secrets))))
+        self.traces = TraceRecorder(TraceStore(storage.db), list(secrets))
         self.router = Router(
             self.config,
             storage,
@@ -129,6 +154,7 @@ class Gateway:
             PromptContext(self.config, CoreFiles(daily)),
             memory,
             self.recall,
+            self.traces,
         )
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
@@ -149,6 +175,8 @@ class Gateway:
         self.session_memory.start()
         self.recall.start()  # loads the embedding model in the background: recall is lexical meanwhile
         self.jobs.start()
+        if self.config.memory.enabled and self.config.memory.merge.enabled:  # the daily merge, at memory.merge.at
+            self._background.append(asyncio.create_task(scheduler_from_config(self.config, self.jobs.enqueue).run()))
         self._background.append(asyncio.create_task(self._maintenance()))
         self._background.append(asyncio.create_task(self._index_daily_files()))
         self._background.append(asyncio.create_task(self._check_models()))
@@ -165,6 +193,8 @@ class Gateway:
             task.cancel()
         if self.router is not None:
             await self.router.drain(deadline)
+        if self.traces is not None:
+            await self.traces.settle()
         if self.jobs is not None:
             await self.jobs.stop()
         if self.session_memory is not None:
@@ -215,6 +245,10 @@ class Gateway:
                     event(log, "memory_expired", records=gone)
                 if self.recall is not None:
                     await self.recall.vectors.prune()  # vectors of forgotten or expired items
+                if self.traces is not None:
+                    pruned = await self.traces.store.prune()  # recall traces past their retention
+                    if pruned:
+                        event(log, "recall_traces_pruned", traces=pruned)
             except Exception as exc:  # a busy or failing database: try again next hour
                 event(log, "memory_expire_failed", logging.WARNING, error=type(exc).__name__)
             await asyncio.sleep(every)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gateway import cli_search
+from gateway import cli_consolidate, cli_search, cli_trace
 from gateway.cli_common import record_json, with_storage
 from gateway.config import Config
 from gateway.config_load import ConfigError, load_config
@@ -38,6 +38,8 @@ def add_parsers(sub: Any) -> None:
     mem = sub.add_parser("memory", help="what the assistant remembers")
     mem_sub = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
     cli_search.add_parser(mem_sub)
+    cli_trace.add_parsers(mem_sub)
+    cli_consolidate.add_parsers(mem_sub)
     imp = mem_sub.add_parser("import", help="import memories from a JSONL file (all or nothing)")
     imp.add_argument("file", type=Path, metavar="FILE.jsonl")
     imp.add_argument("--scope", required=True, help="personal:<user>, channel:<conversation>, project:<name> or global")
@@ -60,11 +62,16 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
         "import": _import,
         "export": _export,
         "backfill-embeddings": _backfill,
+        "trace": cli_trace.run_trace,
+        "preset": cli_trace.run_preset,
+        "consolidate": cli_consolidate.run_consolidate,
+        "revisions": cli_consolidate.run_revisions,
     }
     handler = handlers.get(args.memory_command or "")
     if handler is None:
         print(
-            "usage: clawgate memory {search,import,export,backfill-embeddings} … (clawgate memory --help)",
+            "usage: clawgate memory {search,import,export,backfill-embeddings,trace,preset,consolidate,revisions} … "
+            "(clawgate memory --help)",
             file=sys.stderr,
         )
         return 2

@@ -205,6 +205,21 @@ class FlushConfig(_Strict):
     threshold_tokens: Annotated[int, Field(ge=10)] | None = None
 
 
+class FormationConfig(_Strict):
+    """Memory formed in the background from archived messages (DESIGN §6: attributed communication)."""
+
+    # false: no formation job is queued (what was queued before is skipped when it runs).
+    enabled: bool = True
+    # Records one run may form in all; DESIGN §6 caps it at 32, lower is allowed.
+    max_candidates: Annotated[int, Field(ge=0, le=32)] = 32
+    # Of those, from other people in a group (attributed communication); capped at 20.
+    max_attributed: Annotated[int, Field(ge=0, le=20)] = 20
+    # A message longer than this (characters) counts as malformed and forms nothing.
+    max_message_chars: Annotated[int, Field(ge=100, le=100_000)] = 4_000
+    # Message text per model call; a longer archived range is asked about in several calls.
+    max_input_chars: Annotated[int, Field(ge=1_000, le=1_000_000)] = 24_000
+
+
 def _system_role() -> list[Role]:
     return ["system"]
 
@@ -251,6 +266,32 @@ class RecallConfig(_Strict):
     relevance_gate: RelevanceGateConfig = Field(default_factory=RelevanceGateConfig)
 
 
+class MergeConfig(_Strict):
+    """The daily merge of learned notes that say the same thing (DESIGN §8), job `sys-memory-consolidate`."""
+
+    enabled: bool = True
+    # Local time of day (HH:MM, in `timezone`) it is queued at; a start after it runs the day's merge then.
+    at: str = "03:00"
+
+    @field_validator("at")
+    @classmethod
+    def _clock_time(cls, value: str) -> str:
+        from datetime import time
+
+        hours, sep, minutes = value.partition(":")
+        try:
+            if not sep or len(minutes) != 2 or not hours.isdigit() or not minutes.isdigit():
+                raise ValueError
+            time(int(hours), int(minutes))
+        except ValueError:
+            raise ValueError("a time of day as HH:MM, e.g. '03:00'") from None
+        return value
+
+    def time_of_day(self) -> tuple[int, int]:
+        hours, _, minutes = self.at.partition(":")
+        return int(hours), int(minutes)
+
+
 DEFAULT_AUTO_FLUSH_TOKENS = 80_000
 
 
@@ -269,6 +310,12 @@ class MemoryConfig(_Strict):
     mode: str | None = None  # accepted, not read
     search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
+    # Background formation of evidence from archived messages (owner assertions, attributed communication).
+    formation: FormationConfig = Field(default_factory=FormationConfig)
+    # Records and daily files older than this many days are consolidated into Memory.md (`clawgate
+    # memory consolidate`, the memory_consolidate tool).
+    consolidate_after_days: Annotated[int, Field(ge=1)] = 30
+    merge: MergeConfig = Field(default_factory=MergeConfig)
 
     @property
     def flush_tokens(self) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gateway import trace_commands
 from gateway.memory_service import MemoryRefused, MemoryService, describe
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ REVIEW_ACTIONS = ("confirm", "edit", "evidence", "scope", "stale", "merge", "rej
 USAGE = (
     "Usage: /memory search WORDS · /memory show ID · /memory list · /memory review · "
     "/memory confirm|evidence|stale|reject|dispute|undo ID · /memory edit ID TEXT · /memory scope ID SCOPE · "
-    "/memory merge ID OTHER_ID · /memory supersede ID TEXT"
+    "/memory merge ID OTHER_ID · /memory supersede ID TEXT · /memory trace [N] · /memory preset …"
 )
 
 
@@ -57,6 +58,10 @@ async def forget(ctx: CommandContext, args: str) -> str:
 async def memory(ctx: CommandContext, args: str) -> str:
     verb, _, rest = args.strip().partition(" ")
     verb, rest = verb.lower(), rest.strip()
+    if verb == "trace":
+        return await trace_commands.trace(ctx, rest)
+    if verb == "preset":
+        return await trace_commands.preset(ctx, rest)
     svc, actor, where = _who(ctx)
     if verb == "search" and rest:
         found = await svc.search(actor, where, rest, limit=5)

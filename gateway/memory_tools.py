@@ -4,16 +4,21 @@ audience: see ToolRegistry). Each one answers only from what the asking person m
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from gateway.commands import archive_scope
+from gateway.consolidation import Consolidator, queue_consolidation, summary
+from gateway.jobs import JobRunner
+from gateway.logs import event
 from gateway.memory_service import MemoryRefused, MemoryService
 from gateway.tools import Tool, ToolContext
 from memory.archive import ArchiveStore
 from memory.model import MemoryRecord, Scope
-from memory.policy import Actor, Where, instruction_grade
+from memory.policy import ADMIN, PUBLIC, SYSTEM, Actor, Where, instruction_grade
 
 ARCHIVE_RESULT_CHARS = 500
+log = logging.getLogger("clawgate.memory_tools")
 
 
 def search_archive_tool(store: ArchiveStore) -> Tool:
@@ -119,6 +124,7 @@ def memory_tools(service: MemoryService) -> list[Tool]:
             record = await service.remember(actor, where, content, scope=scope)
         except MemoryRefused as exc:
             return _json({"error": f"not stored: {exc}"})
+        ctx.wrote(record.id, "stored")
         return _json({"stored": _brief(record), "note": "stored as evidence: the person may confirm it"})
 
     async def update(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -127,12 +133,18 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         try:
             if args.get("delete") is True:
                 record = await service.forget(actor, where, rid)
+                ctx.wrote(record.id, "forgotten")
                 return _json({"forgotten": record.id})
             content = str(args.get("content") or "")
             action = "supersede" if args.get("supersede") is True else "edit"
             record = await service.review(actor, where, action, rid, content)
         except MemoryRefused as exc:
             return _json({"error": f"not changed: {exc}"})
+        if action == "supersede":  # review() answers with the replacement
+            ctx.wrote(rid.strip(), "superseded")
+            ctx.wrote(record.id, "stored")
+        else:
+            ctx.wrote(record.id, "edited")
         return _json({"updated": _brief(record)})
 
     ids_schema = {"type": "array", "items": {"type": "string"}, "description": "memory ids (mem-…), copied verbatim"}
@@ -199,3 +211,53 @@ def _limit(value: object, default: int, cap: int) -> int:
         return max(1, min(int(value), cap)) if value is not None else default  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return default
+
+
+def consolidate_tool(consolidator: Consolidator, jobs: JobRunner) -> Tool:
+    """memory_consolidate: for administrators and system runs only (anyone else gets a refusal). A dry
+    run answers what would move; a real run is queued as a `consolidate` job with the same cutoff. In
+    a group the answer holds counts only: the lists name other people's records and files."""
+
+    async def run(ctx: ToolContext, args: dict[str, Any]) -> str:
+        roles = set(ctx.roles)
+        if PUBLIC in roles or not roles & {ADMIN, SYSTEM}:
+            event(log, "memory_consolidate_refused", why="not_allowed", run="tool")
+            return _json({"error": "memory_consolidate is for administrators and system runs only; nothing was done"})
+        days = args.get("lookback_days")
+        if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 0):
+            return _json({"error": "lookback_days must be a whole number of days, 0 or more"})
+        plan = await consolidator.plan(lookback_days=days)
+        report = consolidator.report(plan, dry_run=True)
+        shown = report if ctx.audience == "personal" else summary(report)
+        if args.get("dry_run", True) is not False:
+            return _json({"dry_run": True, "would_move": shown})
+        job_id = await queue_consolidation(jobs, days, now=plan.now)
+        return _json(
+            {
+                "queued_job": job_id,
+                "would_move": shown,
+                "note": "runs in the background; `clawgate jobs list --kind consolidate` shows its result",
+            }
+        )
+
+    return Tool(
+        "memory_consolidate",
+        "Administrators only: move old global and personal memories and daily notes into Memory.md "
+        "(records are forgotten, daily files archived). Run with dry_run first and show what would move; "
+        "run for real (dry_run false) only when the administrator asks for it.",
+        {
+            "type": "object",
+            "properties": {
+                "dry_run": {"type": "boolean", "description": "only report what would move (default true)"},
+                "lookback_days": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "consolidate what is older than this many days (default: the configured 30)",
+                },
+            },
+            "additionalProperties": False,
+        },
+        run,
+        memory=True,
+        roles=frozenset({ADMIN, SYSTEM}),  # not even offered to anyone else (run() still checks)
+    )

@@ -20,7 +20,8 @@ from gateway.logs import event
 from gateway.memory_service import MemoryService
 from gateway.metrics import Metrics
 from gateway.ports import Adapter, DeliveryError, SessionBusy
-from gateway.recall import TurnRecall
+from gateway.recall import TurnMemory, TurnRecall
+from gateway.recall_trace import TraceRecorder
 from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, build_messages
@@ -56,9 +57,11 @@ class Router:
         context: PromptContext,
         memory: MemoryService | None = None,
         recall: TurnRecall | None = None,
+        traces: TraceRecorder | None = None,
     ) -> None:
         self.memory = memory
         self.recall = recall
+        self.traces = traces
         self.config = config
         self.session_memory = session_memory
         self.context = context
@@ -282,10 +285,11 @@ class Router:
         state = await self.storage.sessions.active(key, agent.name, user.id, audience)
         user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
-        recalled = []
+        turn_memory: TurnMemory | None = None
         if self.recall is not None and self.memory is not None:
             actor = Actor(user.id, frozenset(user.roles), "chat")
-            recalled = await self.recall.sections(actor, self.memory.where(audience, key), ev.text)
+            turn_memory = await self.recall.for_turn(actor, self.memory.where(audience, key), ev.text)
+        recalled = turn_memory.sections if turn_memory is not None else []
         system = self.context.system(agent, user.id, audience, recalled)
         await self.session_memory.before_turn(system, state, [user_msg], target)
         prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
@@ -318,6 +322,18 @@ class Router:
             sent=sent,
         )
         self.session_memory.after_turn(agent, state)
+        if self.traces is not None:  # the reply is out: the trace is written in the background
+            self.traces.record(
+                turn_memory,
+                lambda: self.context.memory_sections(agent, user.id, audience, recalled),
+                ctx.written,
+                session_key=key,
+                user_id=user.id,
+                event_id=ev.event_id,
+                query=ev.text,
+                audience=audience,
+                public_person=user.has_role("public"),
+            )
         return outcome
 
     def audience(self, ref: ConversationRef) -> str:

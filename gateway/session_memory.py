@@ -8,6 +8,8 @@
 - Before a turn, a request that would pass `auto_flush_tokens` drops its older messages: they are
   archived with a flush job, and a background worker distils them into today's daily Markdown file
   (the person's in a DM, the conversation's in a group). Public conversations write no files.
+- Each archived range (summarized, trimmed or flushed) queues one memory formation job through
+  `formation` (gateway/formation.py), from this background work, never from a turn.
 
 Every path logs a stable event: session_summarized, session_summary_failed,
 session_trimmed_without_summary, session_flushed, session_flush_written, session_flush_failed.
@@ -19,7 +21,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -33,6 +35,7 @@ from gateway.logs import event
 from memory.budget import Budget, plan_flush, plan_trim
 from memory.daily_index import write_owner_marker
 from memory.flushes import FlushJob, FlushLine
+from memory.formation import ArchivedRange
 from memory.redact import redact
 from memory.sessions import Archived, FlushRequest, Message, SessionState
 from memory.storage import Storage
@@ -135,6 +138,8 @@ class SessionMemory:
         self.flush_retry_seconds = FLUSH_RETRY_SECONDS
         # Called after messages were archived or notes written (the recall upkeep embeds them).
         self.on_change: Callable[[], None] | None = None
+        # Queues memory formation for an archived range (gateway/formation.py); None: no formation.
+        self.formation: Callable[[ArchivedRange], Awaitable[object]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -244,6 +249,22 @@ class SessionMemory:
         if self.on_change is not None:
             self.on_change()
 
+    async def _queue_formation(self, state: SessionState, done: Archived, why: str) -> None:
+        if done.first_id is not None and done.last_id is not None:
+            rng = ArchivedRange(state.id, state.key, done.first_id, done.last_id, why, state.audience)
+            await self._form(rng)
+
+    async def _form(self, rng: ArchivedRange) -> None:
+        """Queue formation for what was just archived; only ever called from background work."""
+        if self.formation is None:
+            return
+        try:
+            await self.formation(rng)
+        except Exception as exc:  # the archive stands; only what it could have formed is lost
+            event(
+                log, "memory_formation_queue_failed", logging.WARNING, session=rng.session_key, error=type(exc).__name__
+            )
+
     def today(self) -> date:
         return utcnow().astimezone(ZoneInfo(self.config.timezone)).date()
 
@@ -297,6 +318,7 @@ class SessionMemory:
             state, through, "summarized", summary=summary, summary_tokens=estimate_tokens(summary)
         )
         if done is not None:
+            await self._queue_formation(state, done, "summarized")
             event(
                 log,
                 "session_summarized",
@@ -311,6 +333,7 @@ class SessionMemory:
     async def _trim(self, state: SessionState, through: int, reason: str) -> None:
         done = await self._archive(state, through, "trimmed")
         if done is not None:
+            await self._queue_formation(state, done, "trimmed")
             event(
                 log,
                 "session_trimmed_without_summary",
@@ -363,6 +386,9 @@ class SessionMemory:
 
     async def _flush(self, job: FlushJob) -> bool:
         """Distil one job into its daily file. False when it should be retried later."""
+        # Queued before the distilling, so a flush that keeps failing still forms memory (deduped:
+        # every attempt of the flush queues the same formation job once).
+        await self._form(ArchivedRange(job.session_id, job.session_key, job.first_id, job.last_id, "flushed"))
         agent = self.config.agent(None)
         assert agent is not None
         chain = self.background_chain(agent)

@@ -102,7 +102,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _make_dirs(directory: Path) -> None:
+def make_dirs(directory: Path) -> None:
     """Create missing directories and fsync each new entry's parent, so a crash right after the
     first write of the day cannot lose the directory holding it."""
     missing: list[Path] = []
@@ -118,7 +118,7 @@ def _make_dirs(directory: Path) -> None:
         _fsync_dir(new.parent)
 
 
-def _write_atomic(path: Path, content: str) -> None:
+def write_atomic(path: Path, content: str) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}{_TEMP_SUFFIX}")
     try:
         mode = path.stat().st_mode & 0o777
@@ -188,13 +188,13 @@ class DailyFiles:
             if not fresh:
                 return []
             if not content:
-                _make_dirs(path.parent)
+                make_dirs(path.parent)
                 content = f"# {day.isoformat()}\n"
             elif not content.endswith("\n"):
                 content += "\n"  # a hand edit without a final newline; existing text kept as is
             title = redact(_fold(heading), self.secrets)
             section = f"\n## {title}\n\n" + "".join(f"- {b}\n" for b in fresh)
-            _write_atomic(path, content + section)
+            write_atomic(path, content + section)
             return fresh
 
     def read(self, path: Path) -> str:

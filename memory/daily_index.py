@@ -102,6 +102,10 @@ def _replace(conn: Connection, rel: str, scope: str, day: str, pieces: list[str]
         )
 
 
+def _drop(conn: Connection, rel: str) -> int:
+    return int(conn.execute(delete(daily_chunks).where(daily_chunks.c.path == rel)).rowcount)
+
+
 def _mtime(conn: Connection, rel: str) -> int | None:
     row = conn.execute(select(daily_chunks.c.file_mtime_ns).where(daily_chunks.c.path == rel).limit(1)).first()
     return None if row is None else int(row[0])
@@ -232,6 +236,11 @@ class DailyIndex:
         pieces = chunk(await asyncio.to_thread(self.files.read, path))
         await self._db.write(_replace, rel, scope, path.stem, pieces, mtime)
         return len(pieces)
+
+    async def drop(self, path: Path) -> int:
+        """Take a daily file that left the memory root's notes (archived by consolidation) out of the
+        index; how many chunks went. Their vectors go with the next prune."""
+        return await self._db.write(_drop, path.relative_to(self.files.root).as_posix())
 
     async def scan(self) -> int:
         """Index every daily file under the root that changed (at start, after hand edits)."""

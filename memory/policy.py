@@ -337,6 +337,14 @@ def trust_defaults(
     )
 
 
+def auto_injectable(record: MemoryRecord) -> bool:
+    """May recall put `record` into a prompt on its own? Not when its policy says
+    do_not_inject_automatically (a disputed record, say), nor when it may be used neither as an
+    instruction nor as evidence: such a record is found by an explicit search only."""
+    policy = record.use_policy
+    return not policy.do_not_inject_automatically and (policy.can_use_as_instruction or policy.can_use_as_evidence)
+
+
 def instruction_grade(record: MemoryRecord) -> bool:
     """May `record` be followed as an instruction rather than weighed as evidence? Only an active
     record whose policy says so, that no review holds back, and that a person stands behind: a

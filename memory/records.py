@@ -10,7 +10,9 @@ Revisions. Every change writes a revision row holding the whole record before an
 change can be inspected and undone. `undo` reverts the newest change not already undone and is a
 revision itself (action "undo"); undoing again walks further back, as in an editor, and undoing the
 creation forgets the record. Which change an undo reverted is not stored: undos pair with the
-changes they reverted like brackets, newest first.
+changes they reverted like brackets, newest first. Revisions written by one change of several records
+(a merge) share a `batch` id: memory/revisions.py lists revisions across records and undoes a batch
+as one.
 
 Forgetting. `forget` marks a record deleted and blanks its content in the table, and so in the
 search index: the text lives on only in the record's revisions, so that the forget can be undone.
@@ -176,6 +178,9 @@ class Revision:
     before: dict[str, Any] | None  # the whole record (see snapshot()); None for create and import
     after: dict[str, Any]
     note: str | None
+    record_id: str = ""
+    id: int = 0  # the row's own id: how `clawgate memory revisions show|undo ID` names it
+    batch: str | None = None  # shared by the revisions of one change of several records (a merge)
 
 
 # --- pure helpers -------------------------------------------------------------------------------
@@ -400,9 +405,15 @@ def _record(row: Row[Any]) -> MemoryRecord:
 
 
 def _revision_row(
-    record: MemoryRecord, action: str, actor: str, at: datetime, before: MemoryRecord | None, note: str | None
+    record: MemoryRecord,
+    action: str,
+    actor: str,
+    at: datetime,
+    before: MemoryRecord | None,
+    note: str | None,
+    batch: str | None = None,
 ) -> dict[str, Any]:
-    return {
+    row = {
         "record_id": record.id,
         "revision": record.revision,
         "action": action,
@@ -412,6 +423,9 @@ def _revision_row(
         "after": snapshot(record),
         "note": None if note is None else note[:_NOTE_CHARS],
     }
+    if batch is not None:  # only then: a change outside any batch also works on a schema before 0007
+        row["batch"] = batch
+    return row
 
 
 # --- transactions -------------------------------------------------------------------------------
@@ -440,7 +454,9 @@ def get_many_in(conn: Connection, ids: Sequence[str], include_deleted: bool) -> 
     return [found[i] for i in ids if i in found]
 
 
-def _current(conn: Connection, record_id: str, expected: int | None) -> MemoryRecord:
+def current_for_change(conn: Connection, record_id: str, expected: int | None) -> MemoryRecord:
+    """The record as it is now, locked for a change in this transaction (deleted ones too);
+    RecordNotFound, or StaleRevision when `expected` is given and the record moved on."""
     current = _load(conn, record_id, include_deleted=True, for_update=True)
     if current is None:
         raise RecordNotFound(record_id)
@@ -449,7 +465,7 @@ def _current(conn: Connection, record_id: str, expected: int | None) -> MemoryRe
     return current
 
 
-def _commit_change(
+def commit_change(
     conn: Connection,
     current: MemoryRecord,
     changed: MemoryRecord,
@@ -457,8 +473,9 @@ def _commit_change(
     actor: str,
     note: str | None,
     now: datetime,
+    batch: str | None = None,
 ) -> MemoryRecord:
-    """Write `changed` as the next revision of `current`, and its revision row."""
+    """Write `changed` as the next revision of `current`, and its revision row (in `batch`)."""
     new = replace(changed, revision=current.revision + 1, updated_at=now)
     if new.status == RecordStatus.DELETED:
         new = replace(new, content="")  # out of the table and the index; kept in this revision's `before`
@@ -472,7 +489,7 @@ def _commit_change(
     )
     if done.rowcount != 1:  # another writer got there first (possible on PostgreSQL only)
         raise StaleRevision(current.id, current.revision, current.revision + 1)
-    conn.execute(_INSERT_REVISIONS, _revision_row(new, action, actor, now, current, note))
+    conn.execute(_INSERT_REVISIONS, _revision_row(new, action, actor, now, current, note, batch))
     return new
 
 
@@ -486,15 +503,22 @@ def _update(
     changes: dict[str, Any],
     now: datetime,
 ) -> MemoryRecord:
-    current = _current(conn, record_id, expected)
-    return _commit_change(conn, current, apply_changes(current, changes, now), action, actor, note, now)
+    current = current_for_change(conn, record_id, expected)
+    return commit_change(conn, current, apply_changes(current, changes, now), action, actor, note, now)
 
 
 def _revisions(conn: Connection, record_id: str) -> builtins.list[Revision]:
     rows = conn.execute(
         select(memory_revisions).where(memory_revisions.c.record_id == record_id).order_by(memory_revisions.c.revision)
     ).all()
-    return [Revision(r.revision, r.action, r.actor, r.at, r.before, r.after, r.note) for r in rows]
+    return [revision_of(r) for r in rows]
+
+
+def revision_of(row: Row[Any]) -> Revision:
+    """A `memory_revisions` row as a Revision."""
+    return Revision(
+        row.revision, row.action, row.actor, row.at, row.before, row.after, row.note, row.record_id, row.id, row.batch
+    )
 
 
 def undo_target(actions: Iterable[tuple[int, str]]) -> int | None:
@@ -513,7 +537,7 @@ def undo_target(actions: Iterable[tuple[int, str]]) -> int | None:
 
 
 def _undo(conn: Connection, record_id: str, actor: str, expected: int | None, now: datetime) -> MemoryRecord:
-    current = _current(conn, record_id, expected)
+    current = current_for_change(conn, record_id, expected)
     history = conn.execute(
         select(memory_revisions.c.revision, memory_revisions.c.action)
         .where(memory_revisions.c.record_id == record_id)
@@ -522,9 +546,18 @@ def _undo(conn: Connection, record_id: str, actor: str, expected: int | None, no
     target = undo_target((r.revision, r.action) for r in history)
     if target is None:
         raise NothingToUndo(record_id)
+    return revert(conn, current, target, actor, now)
+
+
+def revert(
+    conn: Connection, current: MemoryRecord, target: int, actor: str, now: datetime, batch: str | None = None
+) -> MemoryRecord:
+    """Put back what revision `target` of `current` changed, as a new "undo" revision (in `batch`):
+    every field a change can touch as it was before `target`. The caller chose `target` so that undos
+    keep pairing with changes like brackets (see undo_target)."""
     before = conn.execute(
         select(memory_revisions.c.before).where(
-            memory_revisions.c.record_id == record_id, memory_revisions.c.revision == target
+            memory_revisions.c.record_id == current.id, memory_revisions.c.revision == target
         )
     ).scalar_one()
     if before is None:  # the creation (or import): undoing it forgets the record
@@ -532,7 +565,7 @@ def _undo(conn: Connection, record_id: str, actor: str, expected: int | None, no
     else:
         old = from_snapshot(before)
         restored = replace(current, **{name: getattr(old, name) for name in _RESTORED})
-    return _commit_change(conn, current, restored, "undo", actor, f"undo of revision {target}", now)
+    return commit_change(conn, current, restored, "undo", actor, f"undo of revision {target}", now, batch)
 
 
 def _purge_where(conn: Connection, condition: ColumnElement[bool]) -> int:
@@ -720,6 +753,24 @@ def _count(conn: Connection, where: Sequence[ColumnElement[bool]]) -> int:
     return int(conn.execute(select(func.count()).select_from(memory_records).where(*where)).scalar_one())
 
 
+def _active(
+    conn: Connection,
+    scope_kinds: Sequence[str] | None,
+    provenances: Sequence[str] | None,
+    updated_before: datetime | None,
+    limit: int,
+) -> builtins.list[MemoryRecord]:
+    where = [memory_records.c.status == RecordStatus.ACTIVE.value]
+    if scope_kinds is not None:
+        where.append(memory_records.c.scope_kind.in_(builtins.list(scope_kinds)))
+    if provenances is not None:
+        where.append(memory_records.c.provenance.in_(builtins.list(provenances)))
+    if updated_before is not None:
+        where.append(memory_records.c.updated_at < updated_before)
+    rows = conn.execute(select(memory_records).where(*where).order_by(memory_records.c.seq).limit(limit)).all()
+    return [_record(r) for r in rows]
+
+
 def _now(now: datetime | None) -> datetime:
     return datetime.now(UTC) if now is None else now
 
@@ -871,6 +922,21 @@ class RecordStore:
         """Records newest first. `scopes` None: every scope; `status` None: every status but deleted."""
         where = _listing(None if scopes is None else [str(s) for s in scopes], review_status, status)
         return await self._db.read(_list, where, max(1, min(MAX_LIST, limit)), max(0, offset))
+
+    async def active(
+        self,
+        *,
+        scope_kinds: Sequence[ScopeKind] | None = None,
+        provenances: Sequence[Provenance] | None = None,
+        updated_before: datetime | None = None,
+        limit: int = 1000,
+    ) -> builtins.list[MemoryRecord]:
+        """Active records of these scope kinds and provenances (None: any), last changed before
+        `updated_before`, oldest first: the input of background work (consolidation, merges).
+        Expired ones are included until expire() removes them: callers check `expired(now)`."""
+        kinds = None if scope_kinds is None else [ScopeKind(k).value for k in scope_kinds]
+        origins = None if provenances is None else [Provenance(p).value for p in provenances]
+        return await self._db.read(_active, kinds, origins, updated_before, max(1, limit))
 
     async def count(
         self,

@@ -48,6 +48,8 @@ def make_config(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> Confi
             "bob": {"roles": ["user"], "tokens": [BOB_TOKEN]},
             "root": {"roles": ["admin"], "tokens": ["root-token-0123456789"]},
         },
+        # The daily merge would run at start in any test after 03:00 UTC: the tests that want it say so.
+        "memory": {"merge": {"enabled": False}},
     }
     for dotted, value in overrides.items():
         node = data

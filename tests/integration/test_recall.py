@@ -98,3 +98,33 @@ async def test_a_question_naming_someone_finds_what_they_said(gateway: Gateway) 
     assert (
         ranked.ranked[0].candidate.text == "the boat trip with Dana was fun"
     )  # the name's match outweighs who said it
+
+
+async def test_a_record_held_back_from_automatic_injection_is_not_recalled_into_the_prompt(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    """A disputed record (do_not_inject_automatically) and one usable neither as instruction nor as
+    evidence stay out of the prompt; an explicit search still finds them."""
+    from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
+    from memory.records import NewRecord
+
+    assert gateway.storage is not None
+
+    def record(content: str, policy: UsePolicy) -> NewRecord:
+        return NewRecord(
+            content, MemoryClass.EVIDENCE, Provenance.INFERRED, policy, "personal:alice", "alice", ReviewStatus.NONE
+        )
+
+    await gateway.storage.records.import_batch(
+        [
+            record("the boiler is serviced in March", UsePolicy(can_use_as_instruction=False)),
+            record("the boiler is serviced in June", UsePolicy(do_not_inject_automatically=True)),
+            record("the boiler is serviced in May", UsePolicy(can_use_as_instruction=False, can_use_as_evidence=False)),
+        ]
+    )
+    await say(http, gateway, "when is the boiler serviced?")
+    system = system_of(fake_llm)
+    assert "serviced in March" in system
+    assert "June" not in system and "May" not in system
+    found = await gateway.storage.records.search("boiler serviced", scopes=["personal:alice"])
+    assert len(found) == 3

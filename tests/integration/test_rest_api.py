@@ -5,6 +5,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.session_memory import FLUSH_INSTRUCTIONS
+from memory.formation import INSTRUCTIONS as FORMATION_INSTRUCTIONS
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, auth
 from tests.fakes.llm import FakeLLM, Reply
 
@@ -128,11 +129,13 @@ async def test_commands(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.Clien
     assert "Started a new conversation" in await say("/new")
     assert "Messages in context: 0" in await say("/status")
     await say("fresh start")
-    # (/new also has the cleared transcript distilled into the daily notes: not a turn.)
-    turns = [r for r in fake_llm.requests if r["messages"][0]["content"] != FLUSH_INSTRUCTIONS]
+    # (/new also has the cleared transcript distilled into the daily notes and formed into
+    # memory: neither is a turn.)
+    background = (FLUSH_INSTRUCTIONS, FORMATION_INSTRUCTIONS)
+    turns = [r for r in fake_llm.requests if r["messages"][0]["content"] not in background]
     assert "remember this" not in str(turns[-1]["messages"])
     assert "Unknown command /frobnicate" in await say("/frobnicate")
-    turns = [r for r in fake_llm.requests if r["messages"][0]["content"] != FLUSH_INSTRUCTIONS]
+    turns = [r for r in fake_llm.requests if r["messages"][0]["content"] not in background]
     assert len(turns) == 2  # commands never reach the model
 
 

@@ -1,0 +1,296 @@
+"""Recall traces (DESIGN §6): one row per memory-backed turn saying what recall returned, which of it
+reached the prompt and why the rest did not, what needed confirmation and what the turn wrote back.
+
+A trace holds ids, scores and reasons, never memory content: what a memory said stays in the record
+(and its revisions), under the record's own read policy. The only text kept is the turn's own query,
+redacted by the caller. What happened to the records afterwards (confirmed, edited, rejected,
+superseded, …) is not copied into the trace: it is read from `memory_revisions` when the trace is
+shown, so it is always current and never duplicated.
+
+`explain` says why each ranked candidate was or was not selected, by replaying memory.recall.select
+over its decision: the selection itself is the truth, the replay only names the cause. Traces are
+kept RETENTION (30 days) and pruned by the gateway's hourly maintenance.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, insert, select
+from sqlalchemy.engine import Connection
+
+from gateway.events import utcnow
+from memory.db import Database
+from memory.recall import Scored
+from memory.schema import memory_revisions, recall_traces
+
+RETENTION = timedelta(days=30)
+MAX_ITEMS = 30  # of what recall returned, per trace: every selected one, then the best of the rest
+QUERY_CHARS = 300
+MAX_LIMIT = 200
+MAX_CHANGES = 20  # later revisions shown per trace
+
+# Why a candidate recall returned did or did not reach the prompt.
+INJECTED = "injected"
+BEYOND_LIMIT = "beyond_limit"  # recall's k items were already chosen
+OVER_BUDGET = "over_memory_budget"  # longer than what was left of memory.recall.max_chars
+NEAR_REPEAT = "near_repeat"  # says nearly what a chosen item says (word overlap)
+CONTEXT_BUDGET = "dropped_by_context_budget"  # selected, but its section did not fit context_budget_chars
+NOT_SELECTED = "not_selected"  # none of the above: select() and this replay disagree (a bug)
+REASONS = (INJECTED, BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, CONTEXT_BUDGET, NOT_SELECTED)
+
+# Revisions that are not a later change of a record a trace names.
+_NOT_CHANGES = ("create", "import")
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceItem:
+    kind: str  # record | archive | daily
+    id: str
+    score: float
+    used: bool
+    reason: str  # one of REASONS
+    needs_confirmation: bool = False  # a record waiting for the person's confirmation or review
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "score": self.score,
+            "used": self.used,
+            "reason": self.reason,
+            "needs_confirmation": self.needs_confirmation,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> TraceItem:
+        return TraceItem(
+            str(data["kind"]),
+            str(data["id"]),
+            float(data["score"]),
+            bool(data["used"]),
+            str(data["reason"]),
+            bool(data.get("needs_confirmation", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A record the turn's memory tools wrote: `action` stored | edited | superseded | forgotten."""
+
+    id: str
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    id: int
+    session_key: str
+    user_id: str | None
+    event_id: str | None
+    query: str
+    items: tuple[TraceItem, ...]
+    written: tuple[Written, ...]
+    created_at: datetime
+
+    @property
+    def record_ids(self) -> list[str]:
+        """Every record the trace names, recalled or written, once, in order."""
+        ids = [i.id for i in self.items if i.kind == "record"] + [w.id for w in self.written]
+        return list(dict.fromkeys(ids))
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A revision of a traced record made after the trace."""
+
+    record_id: str
+    revision: int
+    action: str  # confirm | edit | reject | supersede | stale | dispute | forget | undo | …
+    actor: str
+    at: datetime
+    superseded_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceView:
+    trace: Trace
+    changes: tuple[Change, ...]
+
+
+# --- pure ---------------------------------------------------------------------------------------
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(text))
+
+
+def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    if not a or not b:
+        return a == b
+    return len(a & b) / len(a | b) >= threshold
+
+
+def explain(
+    ranked: Sequence[Scored], chosen: Sequence[Scored], max_chars: int, k: int, max_similar: float
+) -> list[str]:
+    """For each of `ranked` (in order), why select() did or did not take it, given what it took
+    (`chosen`) and the limits it was called with: INJECTED for a chosen one, else the first limit
+    that turned it away, in select()'s order (k, the character budget, a near-repeat)."""
+    taken = {s.candidate.key for s in chosen}
+    reasons: list[str] = []
+    count, left = 0, max_chars
+    seen: list[frozenset[str]] = []
+    for s in ranked:
+        text = s.candidate.text
+        if s.candidate.key in taken:
+            reasons.append(INJECTED)
+            count += 1
+            left -= len(text)
+            seen.append(_words(text))
+        elif count >= k:
+            reasons.append(BEYOND_LIMIT)
+        elif len(text) > left:
+            reasons.append(OVER_BUDGET)
+        elif any(_similar(_words(text), w, max_similar) for w in seen):
+            reasons.append(NEAR_REPEAT)
+        else:
+            reasons.append(NOT_SELECTED)
+    return reasons
+
+
+def keep(items: Sequence[TraceItem], limit: int = MAX_ITEMS) -> list[TraceItem]:
+    """At most `limit` items in their order: every used one, then the best of the others."""
+    used = sum(1 for i in items if i.used)
+    room = max(0, limit - used)
+    out = []
+    for item in items:
+        if item.used:
+            out.append(item)
+        elif room > 0:
+            out.append(item)
+            room -= 1
+    return out
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+def _trace(row: Any) -> Trace:
+    return Trace(
+        row.id,
+        row.session_key,
+        row.user_id,
+        row.event_id,
+        row.query,
+        tuple(TraceItem.from_json(i) for i in row.items),
+        tuple(Written(str(w["id"]), str(w["action"])) for w in row.written),
+        row.created_at,
+    )
+
+
+def _changes(conn: Connection, traces: Sequence[Trace]) -> dict[int, tuple[Change, ...]]:
+    """Per trace, the revisions of the records it names made after it, oldest first."""
+    ids = list(dict.fromkeys(rid for t in traces for rid in t.record_ids))
+    if not ids:
+        return {}
+    since = min(t.created_at for t in traces)
+    found: dict[str, builtins.list[Change]] = {}
+    for start in range(0, len(ids), 500):
+        rows = conn.execute(
+            select(
+                memory_revisions.c.record_id,
+                memory_revisions.c.revision,
+                memory_revisions.c.action,
+                memory_revisions.c.actor,
+                memory_revisions.c.at,
+                memory_revisions.c.after,
+            )
+            .where(
+                memory_revisions.c.record_id.in_(ids[start : start + 500]),
+                memory_revisions.c.at > since,
+                memory_revisions.c.action.not_in(_NOT_CHANGES),
+            )
+            .order_by(memory_revisions.c.at, memory_revisions.c.id)
+        )
+        for r in rows:
+            after = r.after if isinstance(r.after, dict) else {}
+            change = Change(r.record_id, r.revision, r.action, r.actor, r.at, after.get("superseded_by"))
+            found.setdefault(r.record_id, []).append(change)
+    out: dict[int, tuple[Change, ...]] = {}
+    for t in traces:
+        later = [c for rid in t.record_ids for c in found.get(rid, ()) if c.at > t.created_at]
+        later.sort(key=lambda c: (c.at, c.record_id, c.revision))
+        out[t.id] = tuple(later[:MAX_CHANGES])
+    return out
+
+
+def _recent(conn: Connection, user_id: str | None, session_key: str | None, limit: int) -> list[TraceView]:
+    where = []
+    if user_id is not None:
+        where.append(recall_traces.c.user_id == user_id)
+    if session_key is not None:
+        where.append(recall_traces.c.session_key == session_key)
+    rows = conn.execute(select(recall_traces).where(and_(*where)).order_by(recall_traces.c.id.desc()).limit(limit))
+    traces = [_trace(r) for r in rows]
+    changes = _changes(conn, traces)
+    return [TraceView(t, changes.get(t.id, ())) for t in traces]
+
+
+class TraceStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(
+        self,
+        session_key: str,
+        user_id: str | None,
+        event_id: str | None,
+        query: str,
+        items: Sequence[TraceItem],
+        written: Sequence[Written] = (),
+        *,
+        now: datetime | None = None,
+    ) -> int:
+        """Store one turn's trace (the query cut to QUERY_CHARS, items to MAX_ITEMS); its id."""
+        values = {
+            "session_key": session_key,
+            "user_id": user_id,
+            "event_id": event_id,
+            "query": query[:QUERY_CHARS],
+            "items": [i.to_json() for i in keep(items)],
+            "written": [{"id": w.id, "action": w.action} for w in written],
+            "created_at": now or utcnow(),
+        }
+
+        def run(conn: Connection) -> int:
+            key = conn.execute(insert(recall_traces).values(**values)).inserted_primary_key
+            assert key is not None
+            return int(key[0])
+
+        return await self._db.write(run)
+
+    async def recent(
+        self, *, user_id: str | None = None, session_key: str | None = None, limit: int = 3
+    ) -> list[TraceView]:
+        """The newest traces of a user, of a session, or of a user in a session, newest first, each
+        with the later changes of the records it names. One of the two is required: nobody lists
+        every trace."""
+        if user_id is None and session_key is None:
+            raise ValueError("a user or a session is required")
+        return await self._db.read(_recent, user_id, session_key, max(1, min(MAX_LIMIT, limit)))
+
+    async def prune(self, now: datetime | None = None, retention: timedelta = RETENTION) -> int:
+        """Delete traces older than `retention`; how many went."""
+        cutoff = (now or utcnow()) - retention
+
+        def run(conn: Connection) -> int:
+            return int(conn.execute(delete(recall_traces).where(recall_traces.c.created_at < cutoff)).rowcount or 0)
+
+        return await self._db.write(run)
