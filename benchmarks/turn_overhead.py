@@ -80,8 +80,14 @@ def _split(text: str, n: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+def answer(body: dict[str, Any]) -> str:
+    """What the fake model says to a request (benchmarks/formation.py answers some requests otherwise)."""
+    return REPLY
+
+
 async def _fake_completions(request: web.Request) -> web.StreamResponse:
     body = await request.json()
+    text = answer(body)
     model = body.get("model", "fake-model")
     cid = f"chatcmpl-{os.urandom(6).hex()}"
     created = int(time.time())
@@ -93,7 +99,7 @@ async def _fake_completions(request: web.Request) -> web.StreamResponse:
                 "object": "chat.completion",
                 "created": created,
                 "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                 "usage": usage,
             }
         )
@@ -108,7 +114,7 @@ async def _fake_completions(request: web.Request) -> web.StreamResponse:
         }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in _split(REPLY, REPLY_CHUNKS)]
+    chunks += [chunk({"content": piece}) for piece in _split(text, REPLY_CHUNKS)]
     chunks.append(chunk({}, "stop"))
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append(

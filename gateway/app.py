@@ -245,6 +245,9 @@ class Gateway:
                     event(log, "memory_expired", records=gone)
                 if self.recall is not None:
                     await self.recall.vectors.prune()  # vectors of forgotten or expired items
+                pruned_jobs = await self.storage.jobs.prune()  # done a week ago, dead for a month
+                if pruned_jobs:
+                    event(log, "jobs_pruned", jobs=pruned_jobs)
                 if self.traces is not None:
                     pruned = await self.traces.store.prune()  # recall traces past their retention
                     if pruned:

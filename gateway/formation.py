@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.config import Config
-from gateway.events import utcnow
 from gateway.jobs import JobFailed, JobRunner
 from gateway.llm import Completion, LLMClient, ModelSpec
 from gateway.logs import event
@@ -31,7 +30,7 @@ from memory.formation import Admission, ArchivedRange, Conversation
 from memory.formation_candidates import Limits, Proposal
 from memory.formation_sources import FormationSources
 from memory.jobs import Job
-from memory.model import RecordStatus, Scope, ScopeKind
+from memory.model import Scope, ScopeKind
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.formation")
@@ -198,15 +197,11 @@ class Formation:
 
     async def _existing(self, scopes: set[str]) -> dict[str, list[str]]:
         """The texts of the active, unexpired records of each scope (newest first, a bounded number)."""
-        now = utcnow()
         out: dict[str, list[str]] = {}
         for scope in sorted(scopes):
-            records = await self.storage.records.list(
-                scopes=[scope], status=RecordStatus.ACTIVE, limit=EXISTING_PER_SCOPE
-            )
-            out[scope] = [
-                proposing.statement(r.content, r.attribution, r.scope.name or "") for r in records if not r.expired(now)
-            ]
+            conversation = Scope.parse(scope).name or ""
+            texts = await self.storage.records.texts(scope, limit=EXISTING_PER_SCOPE)
+            out[scope] = [proposing.statement(content, attribution, conversation) for content, attribution in texts]
         return out
 
     def _writable(self, proposal: Proposal, conv: Conversation, dropped: Counter[str]) -> bool:

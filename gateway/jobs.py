@@ -1,8 +1,8 @@
 """Runs the job queue (memory/jobs.py) in the background of the gateway, never on the reply path.
 
-Handlers are registered per kind. A few workers (tasks) claim jobs; jobs of one key (a session)
-still run one at a time, in order, because the store only hands out the first unfinished job of a
-key. A running job's lease is renewed while it runs, so only a dead process lets it go.
+Handlers are registered per kind. Workers (tasks; one by default) claim jobs; jobs of one key (a
+session) run one at a time, in order, whatever the number of workers, because the store only hands
+out the first unfinished job of a key. A running job's lease is renewed while it runs, so only a dead process lets it go.
 
 A handler returns a small JSON-able result (kept on the job) or raises: `JobFailed(permanent=True)`
 for work that can never succeed (dead at once), anything else to be retried with backoff. Errors are
@@ -31,6 +31,10 @@ log = logging.getLogger("clawgate.jobs")
 
 Handler = Callable[[Job], Awaitable[Mapping[str, Any] | None]]
 LEASE = timedelta(minutes=5)
+# One worker: background jobs mostly wait on the model, and a second one doubled formation's
+# throughput but also its bursts of work beside replies (benchmarks/formation.py: reply p99 +8 %
+# with one worker, +14 % with two, at 300 ms per model call). Jobs are durable: a backlog only waits.
+DEFAULT_WORKERS = 1
 IDLE_POLL_SECONDS = 30.0  # at most this long between looks at the queue (a job queued elsewhere)
 MIN_WAIT_SECONDS = 0.05
 
@@ -48,7 +52,7 @@ class JobRunner:
         self,
         store: JobStore,
         *,
-        workers: int = 2,
+        workers: int = DEFAULT_WORKERS,
         lease: timedelta = LEASE,
         secrets: list[str] | None = None,
         worker_id: str | None = None,

@@ -5,6 +5,7 @@ an existing memory, the per-run ceilings, and the records that come out. Pure, l
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -208,27 +209,40 @@ _WORD = re.compile(r"[\w']+")
 _NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot"})
 
 
-def _words(text: str) -> frozenset[str]:
+@dataclass(frozen=True, slots=True)
+class _Gist:
+    """What similar() compares of a text, computed once per text (a run compares each candidate
+    with up to EXISTING_PER_SCOPE records: recomputing it per pair cost 15 ms a job)."""
+
+    words: frozenset[str]
+    negated: bool
+
+
+@functools.lru_cache(maxsize=8192)  # the same existing records are compared again by every run
+def _gist(text: str) -> _Gist:
     folded = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
-    return frozenset(_WORD.findall(folded))
+    words = frozenset(_WORD.findall(folded))
+    return _Gist(words, any(w in _NEGATIONS or w.endswith("n't") for w in words))
 
 
-def _negated(words: frozenset[str]) -> bool:
-    return any(w in _NEGATIONS or w.endswith("n't") for w in words)
+def _same(a: _Gist, b: _Gist) -> bool:
+    if not a.words or not b.words:
+        return False
+    if a.words == b.words:
+        return True
+    if a.negated != b.negated:
+        return False
+    small, big = sorted((len(a.words), len(b.words)))
+    if small < FOLD_JACCARD * big:  # the overlap could not reach the threshold: skip the set work
+        return False
+    return len(a.words & b.words) / len(a.words | b.words) >= FOLD_JACCARD
 
 
 def similar(a: str, b: str) -> bool:
     """Do two statements say the same thing? The same words, or word sets overlapping by at least
     FOLD_JACCARD (Jaccard), unless only one of them is negated: "X is on Friday" and "X is not on
     Friday" overlap a lot and mean the opposite."""
-    wa, wb = _words(a), _words(b)
-    if not wa or not wb:
-        return False
-    if wa == wb:
-        return True
-    if _negated(wa) != _negated(wb):
-        return False
-    return len(wa & wb) / len(wa | wb) >= FOLD_JACCARD
+    return _same(_gist(a), _gist(b))
 
 
 def _fold_into(kept: Proposal, other: Proposal) -> Proposal:
@@ -246,15 +260,19 @@ def fold(proposals: Sequence[Proposal]) -> tuple[list[Proposal], int]:
     """Near-duplicates of one scope folded into one (the fuller text, the sources of both); the
     rest in order, and how many were folded away."""
     kept: list[Proposal] = []
+    gists: list[_Gist] = []
     folded = 0
     for proposal in proposals:
+        gist = _gist(proposal.text)
         for i, existing in enumerate(kept):
-            if existing.scope == proposal.scope and similar(existing.text, proposal.text):
+            if existing.scope == proposal.scope and _same(gists[i], gist):
                 kept[i] = _fold_into(existing, proposal)
+                gists[i] = _gist(kept[i].text)
                 folded += 1
                 break
         else:
             kept.append(proposal)
+            gists.append(gist)
     return kept, folded
 
 
@@ -285,8 +303,13 @@ def plan(proposals: Sequence[Proposal], existing: Mapping[str, Sequence[str]], l
     if n_folded:
         dropped["folded"] += n_folded
     fresh: list[Proposal] = []
+    known: dict[str, list[_Gist]] = {}
     for proposal in folded:
-        if any(similar(proposal.text, old) for old in existing.get(str(proposal.scope), ())):
+        scope = str(proposal.scope)
+        if scope not in known:
+            known[scope] = [_gist(text) for text in existing.get(scope, ())]
+        gist = _gist(proposal.text)
+        if any(_same(gist, old) for old in known[scope]):
             dropped["known"] += 1
         else:
             fresh.append(proposal)

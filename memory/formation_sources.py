@@ -66,7 +66,10 @@ def _written(conn: Connection, job_id: int) -> int:
     # Any status: a record the person already forgot must not come back on a re-run.
     return int(
         conn.execute(
-            select(func.count()).select_from(memory_records).where(memory_records.c.source.startswith(prefix))
+            select(func.count())
+            .select_from(memory_records)
+            # A range, not LIKE: SQLite answers it from ix_memory_records_source.
+            .where(memory_records.c.source >= prefix, memory_records.c.source < prefix[:-1] + chr(ord(prefix[-1]) + 1))
         ).scalar_one()
     )
 

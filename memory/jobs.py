@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, update
+from sqlalchemy import and_, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
@@ -37,6 +37,8 @@ STATUSES = (PENDING, RUNNING, DONE, DEAD)
 DEFAULT_MAX_ATTEMPTS = 5
 RETRY_BASE = timedelta(seconds=30)
 RETRY_CAP = timedelta(hours=1)
+KEEP_DONE = timedelta(days=7)  # finished jobs stay listed this long (clawgate jobs list), then go
+KEEP_DEAD = timedelta(days=30)  # dead letters wait this long for someone to look (clawgate status)
 _ERROR_CHARS = 512
 
 
@@ -200,6 +202,18 @@ def _next_due(conn: Connection) -> datetime | None:
     return min(times) if times else None
 
 
+def _prune(conn: Connection, done_before: datetime, dead_before: datetime) -> int:
+    gone = conn.execute(
+        delete(jobs).where(
+            or_(
+                and_(jobs.c.status == DONE, jobs.c.finished_at < done_before),
+                and_(jobs.c.status == DEAD, jobs.c.finished_at < dead_before),
+            )
+        )
+    )
+    return gone.rowcount
+
+
 def _get(conn: Connection, job_id: int) -> Job | None:
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
     return None if row is None else _job(row)
@@ -276,6 +290,11 @@ class JobStore:
     async def retry(self, job_id: int, *, now: datetime | None = None) -> bool:
         """A dead job queued again with fresh attempts; False if it is not dead (or not there)."""
         return await self._db.write(_retry, job_id, now or utcnow())
+
+    async def prune(self, *, now: datetime | None = None) -> int:
+        """Delete jobs done more than KEEP_DONE ago and dead letters older than KEEP_DEAD; how many."""
+        now = now or utcnow()
+        return await self._db.write(_prune, now - KEEP_DONE, now - KEEP_DEAD)
 
     async def next_due(self) -> datetime | None:
         """When the next job may become claimable: the time of the first pending job that waits for

@@ -283,11 +283,13 @@ def _rings(adjacent: Mapping[Key, set[Key]], key: Key, reach: int) -> list[set[K
     return rings
 
 
-def _words(text: str) -> frozenset[str]:
+def word_set(text: str) -> frozenset[str]:
+    """A text's words as select() compares them (lowercase)."""
     return frozenset(w.lower() for w in _WORD.findall(text))
 
 
-def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+def repeats(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+    """Whether two word sets overlap by `threshold` or more (Jaccard): select() keeps one of them."""
     if not a or not b:
         return a == b
     return len(a & b) / len(a | b) >= threshold
@@ -307,8 +309,8 @@ def select(scored: Sequence[Scored], max_chars: int, k: int = 10, max_similar: f
         size = len(s.candidate.text)
         if size > left:
             continue
-        words = _words(s.candidate.text)
-        if any(_similar(words, w, max_similar) for w in seen):
+        words = word_set(s.candidate.text)
+        if any(repeats(words, w, max_similar) for w in seen):
             continue
         chosen.append(s)
         seen.append(words)

@@ -749,6 +749,20 @@ def _list(
     return [_record(r) for r in rows]
 
 
+def _texts(conn: Connection, scope: str, limit: int, now: datetime) -> builtins.list[tuple[str, str | None]]:
+    rows = conn.execute(
+        select(memory_records.c.content, memory_records.c.attribution)
+        .where(
+            memory_records.c.scope == scope,
+            memory_records.c.status == RecordStatus.ACTIVE.value,
+            or_(memory_records.c.expires_at.is_(None), memory_records.c.expires_at > now),
+        )
+        .order_by(memory_records.c.created_at.desc(), memory_records.c.seq.desc())
+        .limit(limit)
+    ).all()
+    return [(r.content, r.attribution) for r in rows]
+
+
 def _count(conn: Connection, where: Sequence[ColumnElement[bool]]) -> int:
     return int(conn.execute(select(func.count()).select_from(memory_records).where(*where)).scalar_one())
 
@@ -922,6 +936,13 @@ class RecordStore:
         """Records newest first. `scopes` None: every scope; `status` None: every status but deleted."""
         where = _listing(None if scopes is None else [str(s) for s in scopes], review_status, status)
         return await self._db.read(_list, where, max(1, min(MAX_LIST, limit)), max(0, offset))
+
+    async def texts(
+        self, scope: str | Scope, *, limit: int = 500, now: datetime | None = None
+    ) -> builtins.list[tuple[str, str | None]]:
+        """(content, attribution) of the active, unexpired records of one scope, newest first: what
+        background work compares a new statement with, without building whole records."""
+        return await self._db.read(_texts, str(scope), max(1, limit), _now(now))
 
     async def active(
         self,

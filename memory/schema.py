@@ -237,6 +237,7 @@ memory_records = Table(
     Index("ix_memory_records_scope_kind", "scope_kind"),
     Index("ix_memory_records_review_status", "review_status"),
     Index("ix_memory_records_expires_at", "expires_at"),
+    Index("ix_memory_records_source", "source"),
 )
 
 # Every change to a record, with the whole record before and after: inspectable and undoable.

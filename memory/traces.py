@@ -15,7 +15,6 @@ kept RETENTION (30 days) and pruned by the gateway's hourly maintenance.
 from __future__ import annotations
 
 import builtins
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from memory.db import Database
-from memory.recall import Scored
+from memory.recall import Scored, repeats, word_set
 from memory.schema import memory_revisions, recall_traces
 
 RETENTION = timedelta(days=30)
@@ -46,7 +45,6 @@ REASONS = (INJECTED, BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, CONTEXT_BUDGET, NOT
 
 # Revisions that are not a later change of a record a trace names.
 _NOT_CHANGES = ("create", "import")
-_WORD = re.compile(r"[^\W_]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,16 +125,6 @@ class TraceView:
 # --- pure ---------------------------------------------------------------------------------------
 
 
-def _words(text: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in _WORD.findall(text))
-
-
-def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
-    if not a or not b:
-        return a == b
-    return len(a & b) / len(a | b) >= threshold
-
-
 def explain(
     ranked: Sequence[Scored], chosen: Sequence[Scored], max_chars: int, k: int, max_similar: float
 ) -> list[str]:
@@ -153,12 +141,12 @@ def explain(
             reasons.append(INJECTED)
             count += 1
             left -= len(text)
-            seen.append(_words(text))
+            seen.append(word_set(text))
         elif count >= k:
             reasons.append(BEYOND_LIMIT)
         elif len(text) > left:
             reasons.append(OVER_BUDGET)
-        elif any(_similar(_words(text), w, max_similar) for w in seen):
+        elif any(repeats(word_set(text), w, max_similar) for w in seen):
             reasons.append(NEAR_REPEAT)
         else:
             reasons.append(NOT_SELECTED)

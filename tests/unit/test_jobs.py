@@ -227,3 +227,21 @@ async def test_a_job_cut_off_by_stop_runs_again_after_restart(store: JobStore) -
         await second.stop()
     assert runs == [1, 2]
     assert (await store.get(job_id)).status == DONE  # type: ignore[union-attr]
+
+
+async def test_old_finished_jobs_and_older_dead_letters_are_pruned(store: JobStore) -> None:
+    from memory.jobs import KEEP_DEAD, KEEP_DONE
+
+    now = utcnow()
+    ids = [await store.enqueue("formation", f"s{n}", max_attempts=1, now=now) for n in range(3)]
+    for n in range(3):
+        job = await store.claim("w", LEASE, now=now)
+        assert job is not None
+        if n < 2:
+            await store.done(job, now=now)
+        else:
+            await store.failed(job, "no", now=now)
+    assert await store.prune(now=now + KEEP_DONE - timedelta(minutes=1)) == 0
+    assert await store.prune(now=now + KEEP_DONE + timedelta(minutes=1)) == 2  # the dead letter stays
+    assert [j.id for j in await store.list()] == [ids[2]]
+    assert await store.prune(now=now + KEEP_DEAD + timedelta(minutes=1)) == 1

@@ -589,6 +589,18 @@ async def test_list_and_count(records: Records) -> None:
     assert await records.store.count(status=RecordStatus.SUPERSEDED) == 1
 
 
+async def test_texts_are_the_active_unexpired_statements_of_one_scope_newest_first(records: Records) -> None:
+    await records.add("old fact", attribution="Dana")
+    gone = await records.add("superseded fact", now=T0 + timedelta(minutes=1))
+    await records.store.update(gone.id, actor="alice", action="supersede", status=RecordStatus.SUPERSEDED)
+    await records.add("short-lived", memory_class=MemoryClass.EVIDENCE, now=T0 - timedelta(days=40))
+    await records.add("new fact", now=T0 + timedelta(minutes=2))
+    await records.add("someone else's", BOB)
+    now = T0 + timedelta(minutes=3)
+    assert await records.store.texts(ALICE, now=now) == [("new fact", None), ("old fact", "Dana")]
+    assert await records.store.texts("personal:alice", limit=1, now=now) == [("new fact", None)]
+
+
 # --- import -------------------------------------------------------------------------------------
 
 
