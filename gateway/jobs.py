@@ -2,7 +2,8 @@
 
 Handlers are registered per kind. Workers (tasks; one by default) claim jobs; jobs of one key (a
 session) run one at a time, in order, whatever the number of workers, because the store only hands
-out the first unfinished job of a key. A running job's lease is renewed while it runs, so only a dead process lets it go.
+out the first unfinished job of a key. A running job's lease is renewed while it runs, so only a
+dead process lets it go.
 
 A handler returns a small JSON-able result (kept on the job) or raises: `JobFailed(permanent=True)`
 for work that can never succeed (dead at once), anything else to be retried with backoff. Errors are
