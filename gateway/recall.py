@@ -41,7 +41,7 @@ from memory.daily_index import visible_in as daily_visible
 from memory.embeddings import Embedder, make_embedder, model_info
 from memory.model import MemoryRecord, ScopeKind
 from memory.policy import Actor, Where
-from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, select
+from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, selection
 from memory.records import get_many_in as load_records
 from memory.records import search_in as records_search
 from memory.storage import Storage
@@ -335,7 +335,7 @@ class TurnRecall:
     async def for_turn(self, actor: Actor, where: Where, query: str) -> TurnMemory:
         """sections(), with what the turn's recall trace needs to say how they were chosen."""
         if not self.config.memory.enabled or where.audience == "public" or actor.is_public or not query.strip():
-            return TurnMemory([], self.settings)
+            return TurnMemory([])
         started = time.perf_counter()
         if self.embedder is not None and self.index is None and self._cooldown.ready("embedder_loading"):
             event(log, "memory_recall_vector_degraded", logging.INFO, reason="embedder_loading")
@@ -345,7 +345,8 @@ class TurnRecall:
             event(log, "memory_recall_gate_degraded", logging.WARNING, model=gate, reason="no offline cross-encoder")
         recall, records = await self.rank(actor, where, query)
         ranked = [s for s in recall.ranked if s.candidate.kind != "record" or _injectable(records, s.candidate.id)]
-        chosen = select(ranked, self.settings.max_chars, self.settings.k, self.settings.max_similar)
+        decisions = selection(ranked, self.settings.max_chars, self.settings.k, self.settings.max_similar)
+        chosen = [s for s, why in zip(ranked, decisions, strict=True) if why is None]
         event(log, "memory_retrieval_candidate_selection", candidates=len(ranked), chosen=len(chosen))
         event(
             log,
@@ -354,19 +355,19 @@ class TurnRecall:
         )
         event(log, "turn_memory_recall", count=len(chosen), ms=(time.perf_counter() - started) * 1000)
         placed = _placed(chosen, records)
-        return TurnMemory(_sections(placed), self.settings, ranked, chosen, records, placed)
+        return TurnMemory(_sections(placed), ranked, decisions, records, placed)
 
 
 @dataclass(frozen=True, slots=True)
 class TurnMemory:
-    """A turn's recall: the prompt sections, and for the recall trace everything ranked, what
-    select() chose, the records among them, and where each chosen item went (its section's title
-    and its line there; the prompt's context budget may still drop or cut that section)."""
+    """A turn's recall: the prompt sections, and for the recall trace everything ranked, the
+    selection's decision on each (None: chosen, else why not), the records among them, and where
+    each chosen item went (its section's title and its line there; the prompt's context budget may
+    still drop or cut that section)."""
 
     sections: list[Section]
-    settings: RecallSettings
     ranked: Sequence[Scored] = ()
-    chosen: Sequence[Scored] = ()
+    decisions: Sequence[str | None] = ()
     records: Mapping[str, MemoryRecord] = field(default_factory=dict)
     placed: Sequence[tuple[Scored, str, str]] = ()
 

@@ -25,13 +25,11 @@ from memory.traces import (
     CONTEXT_BUDGET,
     INJECTED,
     NEAR_REPEAT,
-    NOT_SELECTED,
     OVER_BUDGET,
     TraceItem,
     TraceStore,
     TraceView,
     Written,
-    explain,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +44,6 @@ LABELS = {
     OVER_BUDGET: "over the memory budget",
     NEAR_REPEAT: "near repeat",
     CONTEXT_BUDGET: "dropped by the context budget",
-    NOT_SELECTED: "not selected",
 }
 CHANGE_WORDS = {
     "confirm": "confirmed",
@@ -72,13 +69,12 @@ def build_items(turn: TurnMemory, kept: Sequence[Section]) -> list[TraceItem]:
     """What recall returned, in rank order, each used or not and why: select()'s decision, then
     whether its line survived the prompt's context budget (`kept`: the memory sections as the
     prompt carries them)."""
-    s = turn.settings
-    reasons = explain(turn.ranked, turn.chosen, s.max_chars, s.k, s.max_similar)
     by_title = {sec.title: sec for sec in kept}
     line_of = {scored.candidate.key: (title, line) for scored, title, line in turn.placed}
     items = []
-    for scored, reason in zip(turn.ranked, reasons, strict=True):
+    for scored, decision in zip(turn.ranked, turn.decisions, strict=True):
         c = scored.candidate
+        reason = decision or INJECTED
         if reason == INJECTED:
             title, line = line_of.get(c.key, ("", ""))
             section = by_title.get(title)

@@ -295,27 +295,42 @@ def repeats(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
     return len(a & b) / len(a | b) >= threshold
 
 
+# Why select() leaves a candidate out (recall traces show them).
+BEYOND_LIMIT = "beyond_limit"  # k items were already chosen
+OVER_BUDGET = "over_memory_budget"  # longer than what was left of max_chars
+NEAR_REPEAT = "near_repeat"  # says nearly what a chosen item says (word overlap)
+
+
+def selection(scored: Sequence[Scored], max_chars: int, k: int = 10, max_similar: float = 0.9) -> list[str | None]:
+    """select()'s decision on each of `scored`: None for a chosen one, else why it was left out
+    (BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, the first that applies, in that order)."""
+    decisions: list[str | None] = []
+    seen: list[frozenset[str]] = []
+    left = max_chars
+    for s in scored:
+        if len(seen) >= k:
+            decisions.append(BEYOND_LIMIT)
+            continue
+        size = len(s.candidate.text)
+        if size > left:
+            decisions.append(OVER_BUDGET)
+            continue
+        words = word_set(s.candidate.text)
+        if any(repeats(words, w, max_similar) for w in seen):
+            decisions.append(NEAR_REPEAT)
+            continue
+        decisions.append(None)
+        seen.append(words)
+        left -= size
+    return decisions
+
+
 def select(scored: Sequence[Scored], max_chars: int, k: int = 10, max_similar: float = 0.9) -> list[Scored]:
     """The best of `scored` (already in order) that fit `max_chars` together, at most `k`; a text
     whose words overlap an already chosen one by `max_similar` (Jaccard) or more is a repeat and is
     skipped, so that one fact said five times does not fill the budget. A candidate too long for
     what is left is skipped and smaller ones further down may still fit."""
-    chosen: list[Scored] = []
-    seen: list[frozenset[str]] = []
-    left = max_chars
-    for s in scored:
-        if len(chosen) >= k:
-            break
-        size = len(s.candidate.text)
-        if size > left:
-            continue
-        words = word_set(s.candidate.text)
-        if any(repeats(words, w, max_similar) for w in seen):
-            continue
-        chosen.append(s)
-        seen.append(words)
-        left -= size
-    return chosen
+    return [s for s, why in zip(scored, selection(scored, max_chars, k, max_similar), strict=True) if why is None]
 
 
 def resolve_floor(settings: RecallSettings, calibrated: float | None) -> tuple[float | None, str]:

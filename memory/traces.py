@@ -7,9 +7,8 @@ redacted by the caller. What happened to the records afterwards (confirmed, edit
 superseded, …) is not copied into the trace: it is read from `memory_revisions` when the trace is
 shown, so it is always current and never duplicated.
 
-`explain` says why each ranked candidate was or was not selected, by replaying memory.recall.select
-over its decision: the selection itself is the truth, the replay only names the cause. Traces are
-kept RETENTION (30 days) and pruned by the gateway's hourly maintenance.
+Why a candidate was not selected is what memory.recall.selection decided (the same decision select()
+takes). Traces are kept RETENTION (30 days) and pruned by the gateway's hourly maintenance.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from memory.db import Database
-from memory.recall import Scored, repeats, word_set
+from memory.recall import BEYOND_LIMIT, NEAR_REPEAT, OVER_BUDGET
 from memory.schema import memory_revisions, recall_traces
 
 RETENTION = timedelta(days=30)
@@ -34,14 +33,10 @@ QUERY_CHARS = 300
 MAX_LIMIT = 200
 MAX_CHANGES = 20  # later revisions shown per trace
 
-# Why a candidate recall returned did or did not reach the prompt.
+# Why a candidate recall returned did or did not reach the prompt: select()'s reasons, or these.
 INJECTED = "injected"
-BEYOND_LIMIT = "beyond_limit"  # recall's k items were already chosen
-OVER_BUDGET = "over_memory_budget"  # longer than what was left of memory.recall.max_chars
-NEAR_REPEAT = "near_repeat"  # says nearly what a chosen item says (word overlap)
 CONTEXT_BUDGET = "dropped_by_context_budget"  # selected, but its section did not fit context_budget_chars
-NOT_SELECTED = "not_selected"  # none of the above: select() and this replay disagree (a bug)
-REASONS = (INJECTED, BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, CONTEXT_BUDGET, NOT_SELECTED)
+REASONS = (INJECTED, BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, CONTEXT_BUDGET)
 
 # Revisions that are not a later change of a record a trace names.
 _NOT_CHANGES = ("create", "import")
@@ -123,34 +118,6 @@ class TraceView:
 
 
 # --- pure ---------------------------------------------------------------------------------------
-
-
-def explain(
-    ranked: Sequence[Scored], chosen: Sequence[Scored], max_chars: int, k: int, max_similar: float
-) -> list[str]:
-    """For each of `ranked` (in order), why select() did or did not take it, given what it took
-    (`chosen`) and the limits it was called with: INJECTED for a chosen one, else the first limit
-    that turned it away, in select()'s order (k, the character budget, a near-repeat)."""
-    taken = {s.candidate.key for s in chosen}
-    reasons: list[str] = []
-    count, left = 0, max_chars
-    seen: list[frozenset[str]] = []
-    for s in ranked:
-        text = s.candidate.text
-        if s.candidate.key in taken:
-            reasons.append(INJECTED)
-            count += 1
-            left -= len(text)
-            seen.append(word_set(text))
-        elif count >= k:
-            reasons.append(BEYOND_LIMIT)
-        elif len(text) > left:
-            reasons.append(OVER_BUDGET)
-        elif any(repeats(word_set(text), w, max_similar) for w in seen):
-            reasons.append(NEAR_REPEAT)
-        else:
-            reasons.append(NOT_SELECTED)
-    return reasons
 
 
 def keep(items: Sequence[TraceItem], limit: int = MAX_ITEMS) -> list[TraceItem]:

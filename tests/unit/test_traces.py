@@ -1,4 +1,4 @@
-"""Recall traces: why each recalled item was used or not (replaying select() exactly), what the
+"""Recall traces: why each recalled item was used or not (select()'s own decision), what the
 prompt's context budget dropped, the store over real SQLite (filters, later revisions, retention)
 and the text people read."""
 
@@ -17,7 +17,7 @@ from gateway.context import Section, fit
 from gateway.recall import FOLLOW, NOTES, WEIGH, TurnMemory
 from gateway.recall_trace import TraceRecorder, build_items, render
 from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
-from memory.recall import Candidate, RecallSettings, Scored, select
+from memory.recall import Candidate, Scored, select, selection
 from memory.storage import Storage
 from memory.traces import (
     BEYOND_LIMIT,
@@ -25,14 +25,12 @@ from memory.traces import (
     INJECTED,
     MAX_ITEMS,
     NEAR_REPEAT,
-    NOT_SELECTED,
     OVER_BUDGET,
     QUERY_CHARS,
     RETENTION,
     TraceItem,
     TraceStore,
     Written,
-    explain,
     keep,
 )
 
@@ -51,7 +49,7 @@ def record(item_id: str, use: UsePolicy, review: ReviewStatus = ReviewStatus.NON
     )
 
 
-# --- explain: the reasons are select()'s --------------------------------------------------------
+# --- the reasons are select()'s own decision --------------------------------------------------------
 
 
 def test_each_reason_in_select_order() -> None:
@@ -64,12 +62,7 @@ def test_each_reason_in_select_order() -> None:
     ]
     chosen = select(ranked, max_chars=100, k=2)
     assert [s.candidate.id for s in chosen] == ["a", "d"]
-    assert explain(ranked, chosen, 100, 2, 0.9) == [INJECTED, NEAR_REPEAT, OVER_BUDGET, INJECTED, BEYOND_LIMIT]
-
-
-def test_a_disagreement_with_select_is_named_not_hidden() -> None:
-    ranked = [scored("a", "one", 0.9), scored("b", "two", 0.8)]
-    assert explain(ranked, [ranked[1]], 100, 5, 0.9) == [NOT_SELECTED, INJECTED]
+    assert selection(ranked, 100, 2, 0.9) == [None, NEAR_REPEAT, OVER_BUDGET, None, BEYOND_LIMIT]
 
 
 WORDS = st.sampled_from(["tea", "coffee", "helix", "vim", "deploy", "tuesday", "alice", "bob", "the", "a"])
@@ -82,12 +75,14 @@ WORDS = st.sampled_from(["tea", "coffee", "helix", "vim", "deploy", "tuesday", "
     k=st.integers(1, 6),
     max_similar=st.sampled_from([0.5, 0.9, 1.0]),
 )
-def test_explain_agrees_with_select_on_any_input(texts: list[str], max_chars: int, k: int, max_similar: float) -> None:
+def test_the_reasons_agree_with_select_on_any_input(
+    texts: list[str], max_chars: int, k: int, max_similar: float
+) -> None:
     ranked = [scored(str(i), t, 1.0 - i / 100) for i, t in enumerate(texts)]
     chosen = select(ranked, max_chars, k, max_similar)
-    reasons = explain(ranked, chosen, max_chars, k, max_similar)
-    assert NOT_SELECTED not in reasons
-    assert [s.candidate.id for s, r in zip(ranked, reasons, strict=True) if r == INJECTED] == [
+    reasons = selection(ranked, max_chars, k, max_similar)
+    assert set(reasons) <= {None, BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT}
+    assert [s.candidate.id for s, r in zip(ranked, reasons, strict=True) if r is None] == [
         s.candidate.id for s in chosen
     ]
 
@@ -96,11 +91,13 @@ def test_explain_agrees_with_select_on_any_input(texts: list[str], max_chars: in
 
 
 def turn_of(ranked: list[Scored], chosen: list[Scored], placed: list[tuple[Scored, str, str]]) -> TurnMemory:
+    """A turn whose selection chose `chosen` (the others left out over the budget)."""
     records = {
         "mem-ok": record("mem-ok", CONFIRMED),
         "mem-ev": record("mem-ev", EVIDENCE, ReviewStatus.PENDING),
     }
-    return TurnMemory([], RecallSettings(max_chars=1000, k=5), ranked, chosen, records, placed)
+    decisions = [None if s in chosen else OVER_BUDGET for s in ranked]
+    return TurnMemory([], ranked, decisions, records, placed)
 
 
 def test_a_section_the_context_budget_dropped_is_reported_as_such() -> None:
