@@ -133,8 +133,12 @@ class PromptContext:
 
     def system(self, agent: AgentConfig, user_id: str | None, audience: str, recalled: Sequence[Section] = ()) -> str:
         """Instructions, then the memory core and what recall found for this turn (see module doc)."""
+        return self.render(agent, self.memory_sections(agent, user_id, audience, recalled))
+
+    @staticmethod
+    def render(agent: AgentConfig, sections: Sequence[Section]) -> str:
+        """The system prompt: instructions, then `sections` (memory_sections(), already fitted)."""
         parts = [system_prompt(agent)]
-        sections = self.memory_sections(agent, user_id, audience, recalled)
         if sections:
             parts.append(MEMORY_PREAMBLE)
             parts += [f"## {s.title}\n{s.text}" for s in sections]

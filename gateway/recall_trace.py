@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.context import Section
@@ -97,7 +97,7 @@ class TraceRecorder:
     def record(
         self,
         turn: TurnMemory | None,
-        kept: Callable[[], Sequence[Section]],
+        kept: Sequence[Section],
         written: Sequence[tuple[str, str]],
         *,
         session_key: str,
@@ -108,13 +108,12 @@ class TraceRecorder:
         public_person: bool = False,
     ) -> bool:
         """Trace a finished turn in the background; whether it was memory-backed (and is traced).
-        `kept` gives the memory sections as the prompt carried them (asked only when recall
-        returned something). Never raises: the reply is already out, a trace must not turn it into
-        an apology."""
+        `kept`: the memory sections as the prompt carried them. Never raises: the reply is already
+        out, a trace must not turn it into an apology."""
         if audience == "public" or public_person:
             return False
         try:
-            items = build_items(turn, kept()) if turn is not None and turn.ranked else []
+            items = build_items(turn, kept) if turn is not None and turn.ranked else []
             done = [Written(rid, action) for rid, action in dict.fromkeys(written)]
             if not items and not done:
                 return False

@@ -290,7 +290,8 @@ class Router:
             actor = Actor(user.id, frozenset(user.roles), "chat")
             turn_memory = await self.recall.for_turn(actor, self.memory.where(audience, key), ev.text)
         recalled = turn_memory.sections if turn_memory is not None else []
-        system = self.context.system(agent, user.id, audience, recalled)
+        memory_sections = self.context.memory_sections(agent, user.id, audience, recalled)
+        system = self.context.render(agent, memory_sections)
         await self.session_memory.before_turn(system, state, [user_msg], target)
         prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
         ctx = ToolContext(
@@ -325,7 +326,7 @@ class Router:
         if self.traces is not None:  # the reply is out: the trace is written in the background
             self.traces.record(
                 turn_memory,
-                lambda: self.context.memory_sections(agent, user.id, audience, recalled),
+                memory_sections,
                 ctx.written,
                 session_key=key,
                 user_id=user.id,

@@ -283,12 +283,12 @@ def _rings(adjacent: Mapping[Key, set[Key]], key: Key, reach: int) -> list[set[K
     return rings
 
 
-def word_set(text: str) -> frozenset[str]:
+def _words(text: str) -> frozenset[str]:
     """A text's words as select() compares them (lowercase)."""
     return frozenset(w.lower() for w in _WORD.findall(text))
 
 
-def repeats(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
+def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
     """Whether two word sets overlap by `threshold` or more (Jaccard): select() keeps one of them."""
     if not a or not b:
         return a == b
@@ -315,8 +315,8 @@ def selection(scored: Sequence[Scored], max_chars: int, k: int = 10, max_similar
         if size > left:
             decisions.append(OVER_BUDGET)
             continue
-        words = word_set(s.candidate.text)
-        if any(repeats(words, w, max_similar) for w in seen):
+        words = _words(s.candidate.text)
+        if any(_similar(words, w, max_similar) for w in seen):
             decisions.append(NEAR_REPEAT)
             continue
         decisions.append(None)

@@ -225,17 +225,15 @@ async def test_the_recorder_traces_memory_backed_turns_only_and_never_public_one
     hit = scored("mem-ok", "alice likes tea", 0.9)
     turn = turn_of([hit], [hit], [(hit, FOLLOW, "- alice likes tea")])
 
-    def kept() -> list[Section]:
-        return [Section(FOLLOW, "- alice likes tea", 2)]
-
+    kept = [Section(FOLLOW, "- alice likes tea", 2)]
     common = {"session_key": "web:alice", "user_id": "alice", "event_id": "e1"}
-    assert not recorder.record(None, list, [], query="hello", audience="personal", **common)  # nothing recalled
+    assert not recorder.record(None, [], [], query="hello", audience="personal", **common)  # nothing recalled
     assert not recorder.record(turn, kept, [], query="tea?", audience="public", **common)
     assert not recorder.record(turn, kept, [], query="tea?", audience="team", public_person=True, **common)
     assert recorder.record(
         turn, kept, [("mem-w", "stored")], query="tea? hunter2-secret", audience="personal", **common
     )
-    assert recorder.record(None, list, [("mem-w", "edited")], query="fix it", audience="personal", **common)
+    assert recorder.record(None, [], [("mem-w", "edited")], query="fix it", audience="personal", **common)
     await recorder.settle()
     views = await recorder.store.recent(user_id="alice", limit=10)
     assert [v.trace.query for v in views] == ["fix it", "tea? [redacted]"]
@@ -248,7 +246,7 @@ async def test_a_failed_trace_write_is_logged_and_loses_no_reply(
     recorder = TraceRecorder(TraceStore(storage.db))
     await storage.close()  # every write now fails
     assert recorder.record(
-        None, list, [("mem-w", "stored")], session_key="s", user_id="u", event_id=None, query="q", audience="personal"
+        None, [], [("mem-w", "stored")], session_key="s", user_id="u", event_id=None, query="q", audience="personal"
     )
     with caplog.at_level("WARNING"):
         await asyncio.wait_for(recorder.settle(), 5)
@@ -257,14 +255,11 @@ async def test_a_failed_trace_write_is_logged_and_loses_no_reply(
 
 def test_a_trace_that_cannot_be_built_is_logged_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     hit = scored("mem-ok", "alice likes tea", 0.9)
-    turn = turn_of([hit], [hit], [(hit, FOLLOW, "- alice likes tea")])
-
-    def broken() -> list[Section]:
-        raise OSError("Memory.md unreadable")
+    broken = TurnMemory([], [hit], [], {}, [])  # a decision missing: building its items raises
 
     recorder = TraceRecorder(TraceStore(None))  # type: ignore[arg-type]  # never reached
     with caplog.at_level("WARNING"):
         assert not recorder.record(
-            turn, broken, [], session_key="s", user_id="u", event_id=None, query="q", audience="personal"
+            broken, [], [], session_key="s", user_id="u", event_id=None, query="q", audience="personal"
         )
-    assert "recall_trace_failed session=s error=OSError" in caplog.text
+    assert "recall_trace_failed session=s error=ValueError" in caplog.text
