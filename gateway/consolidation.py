@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo
 from gateway.config import Config
 from gateway.events import utcnow
 from gateway.jobs import JobFailed
-from gateway.llm import Completion, LLMClient, LLMError, ModelSpec
+from gateway.llm import LLMClient, LLMError, ModelSpec
 from gateway.logs import event
 from memory import consolidation as rules
 from memory import consolidation_files as files
@@ -262,18 +262,13 @@ class Consolidator:
 
     async def _answer(self, chain: list[ModelSpec], current: str, piece: str, where: str) -> rules.Answer:
         text = redact(rules.prompt(current, piece), self.secrets)
-        messages = [{"role": "system", "content": rules.INSTRUCTIONS}, {"role": "user", "content": text}]
-        final: Completion | None = None
         try:
-            async for item in self.llm.stream(chain, messages, None, stream=False):
-                if isinstance(item, Completion):
-                    final = item
+            answer = await self.llm.ask(chain, rules.INSTRUCTIONS, text)
         except LLMError as exc:
             self._refused("model_failed", where, kind=exc.kind)
             raise ConsolidationError(f"the model failed ({exc.kind}): nothing was consolidated") from None
-        assert final is not None
         try:
-            return rules.parse_answer(final.text)
+            return rules.parse_answer(answer)
         except rules.UnusableAnswer as exc:
             self._refused("unusable_answer", where)
             raise ConsolidationError(f"{where}: {exc}; nothing was consolidated") from None

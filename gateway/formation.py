@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.config import Config
 from gateway.jobs import JobFailed, JobRunner
-from gateway.llm import Completion, LLMClient, ModelSpec
+from gateway.llm import LLMClient, ModelSpec
 from gateway.logs import event
 from gateway.session_memory import SessionMemory
 from gateway.turn import NOTICE_AUTHOR
@@ -163,7 +163,7 @@ class Formation:
         dropped: Counter[str] = Counter()
         offered = 0
         for part in formation.chunks(lines, max_chars):
-            answer = await self._ask(chain, formation.render(part, conv))
+            answer = await self.llm.ask(chain, formation.INSTRUCTIONS, formation.render(part, conv))
             try:
                 offer, malformed = proposing.parse_answer(answer)
             except proposing.Unparsable:
@@ -185,15 +185,6 @@ class Formation:
             proposals += found
             dropped += rejected
         return proposals, dropped
-
-    async def _ask(self, chain: list[ModelSpec], text: str) -> str:
-        messages = [{"role": "system", "content": formation.INSTRUCTIONS}, {"role": "user", "content": text}]
-        final: Completion | None = None
-        async for item in self.llm.stream(chain, messages, None, stream=False):
-            if isinstance(item, Completion):
-                final = item
-        assert final is not None
-        return final.text
 
     async def _existing(self, scopes: set[str]) -> dict[str, list[str]]:
         """The texts of the active, unexpired records of each scope (newest first, a bounded number)."""

@@ -321,6 +321,18 @@ class LLMClient:
                         break
         raise LLMError(attempts)
 
+    async def ask(self, chain: list[ModelSpec], instructions: str, text: str) -> str:
+        """One background question (summaries, flushes, formation, consolidation): `instructions`
+        as the system message, `text` as the user's, the answer's whole text (one JSON call, not
+        streamed). LLMError when every model failed."""
+        messages = [{"role": "system", "content": instructions}, {"role": "user", "content": text}]
+        final: Completion | None = None
+        async for item in self.stream(chain, messages, None, stream=False):
+            if isinstance(item, Completion):
+                final = item
+        assert final is not None
+        return final.text
+
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), 30.0)

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 from gateway.config import AgentConfig, Config
 from gateway.events import utcnow
-from gateway.llm import Completion, LLMClient, LLMError, ModelSpec
+from gateway.llm import LLMClient, LLMError, ModelSpec
 from gateway.logs import event
 from memory.budget import Budget, plan_flush, plan_trim
 from memory.daily_index import write_owner_marker
@@ -192,15 +192,6 @@ class SessionMemory:
                 chain.append(ModelSpec(model=model, api_base=ai.api_base, api_key=key))
         return chain
 
-    async def _ask(self, chain: list[ModelSpec], instructions: str, text: str) -> str:
-        messages = [{"role": "system", "content": instructions}, {"role": "user", "content": text}]
-        final: Completion | None = None
-        async for item in self.llm.stream(chain, messages, None, stream=False):
-            if isinstance(item, Completion):
-                final = item
-        assert final is not None
-        return final.text.strip()
-
     # -- before a turn: auto-flush -----------------------------------------------------------------
 
     def request_tokens(self, system: str, state: SessionState, new: list[Message]) -> int:
@@ -296,7 +287,7 @@ class SessionMemory:
             + [_line(m.role, m.author, m.content) for m in recent[:k]]
         )
         try:
-            summary = await self._ask(chain, SUMMARY_INSTRUCTIONS.format(words=words), text)
+            summary = (await self.llm.ask(chain, SUMMARY_INSTRUCTIONS.format(words=words), text)).strip()
         except LLMError as exc:
             event(
                 log,
@@ -402,7 +393,7 @@ class SessionMemory:
             return True
         transcript = redact("\n".join(_transcript(lines)), self._secrets)
         try:
-            answer = await self._ask(chain, FLUSH_INSTRUCTIONS, transcript)
+            answer = await self.llm.ask(chain, FLUSH_INSTRUCTIONS, transcript)
             bullets = [redact(b, self._secrets) for b in _bullets(answer)]
             path = self.daily.path(job.scope, job.owner, date.fromisoformat(job.day))  # type: ignore[arg-type]
             heading = f"{_local_time(self.config.timezone)} · {_source(job.session_key)}"
