@@ -78,14 +78,8 @@ def formation_answer(body: dict[str, Any]) -> str:
 
 
 async def fake_main(model_ms: float) -> None:
-    base.answer = formation_answer  # turn_overhead's fake looks its answer up per request
-    app_answer = base._fake_completions
-
-    async def delayed(request: Any) -> Any:
-        await asyncio.sleep(model_ms / 1000)
-        return await app_answer(request)
-
-    base._fake_completions = delayed  # type: ignore[assignment]
+    base.answer = formation_answer  # turn_overhead's fake looks its answer and delay up per request
+    base.MODEL_DELAY_S = model_ms / 1000
     await base.fake_main()
 
 

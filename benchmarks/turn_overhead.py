@@ -59,6 +59,7 @@ MEMORY = True  # --no-memory: memory.enabled false (no recall, no Memory.md), to
 EMBEDDINGS = False  # --embeddings: memory.search.provider local, as `make run`'s config.yaml
 REPLY = "This is the fake model's reply to your benchmark message."
 REPLY_CHUNKS = 4
+MODEL_DELAY_S = 0.0  # how long the fake model thinks before it answers (benchmarks/formation.py sets it)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 TARGETS = {
@@ -88,6 +89,8 @@ def answer(body: dict[str, Any]) -> str:
 async def _fake_completions(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     text = answer(body)
+    if MODEL_DELAY_S:
+        await asyncio.sleep(MODEL_DELAY_S)
     model = body.get("model", "fake-model")
     cid = f"chatcmpl-{os.urandom(6).hex()}"
     created = int(time.time())
