@@ -41,7 +41,18 @@ from memory.daily_index import visible_in as daily_visible
 from memory.embeddings import Embedder, make_embedder, model_info
 from memory.model import MemoryRecord, ScopeKind
 from memory.policy import Actor, Where
-from memory.recall import Candidate, Cooldown, Key, Recall, RecallSettings, Retriever, Scored, describe, selection
+from memory.recall import (
+    Candidate,
+    Cooldown,
+    Key,
+    Names,
+    Recall,
+    RecallSettings,
+    Retriever,
+    Scored,
+    describe,
+    selection,
+)
 from memory.records import get_many_in as load_records
 from memory.records import search_in as records_search
 from memory.storage import Storage
@@ -124,6 +135,7 @@ class TurnRecall:
         self._task: asyncio.Task[None] | None = None
         self._cooldown = Cooldown()  # each degradation logged once per cooldown, per gateway
         self._names: dict[str, str] = {}  # identity → display name (see speakers())
+        self._named = Names()  # the same display names, indexed for a query (built once a refresh)
         self._names_read = -math.inf
 
     # -- background: the embedder, the index, and embedding what is new ----------------------------
@@ -288,6 +300,7 @@ class TurnRecall:
         so that "what did Dana say about …" boosts Dana's messages (and searches without "Dana")."""
         if time.monotonic() - self._names_read > NAMES_TTL_SECONDS:
             self._names = await self.storage.identities.display_names()
+            self._named = Names(set(self._names.values()))
             self._names_read = time.monotonic()
         return self._names
 
@@ -315,7 +328,7 @@ class TurnRecall:
             embed_query=self.embedder.embed_query if vectors and self.embedder is not None else None,
             calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
             cooldown=self._cooldown,
-            names=set(names.values()),
+            names=self._named,
         )
         event(
             log,

@@ -58,6 +58,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -188,11 +189,33 @@ def named_in(query: str, speaker: str | None) -> bool:
 _WORD_OR_POSSESSIVE = re.compile(r"([^\W_]+)(?:['\u2019]s\b)?")  # Melanie's, also with U+2019
 
 
-def without_names(query: str, names: Iterable[str]) -> str:
+class Names:
+    """The people a query may name, indexed by the first word of each name, so that finding the
+    ones a query names costs a lookup per query word, not a look at every name (a gateway knows
+    every sender's display name: thousands, in a large group). Build it once, use it every turn."""
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._by_first: dict[str, list[frozenset[str]]] = {}
+        for name in names:
+            words = [w.lower() for w in _WORD.findall(name)]
+            if words:
+                self._by_first.setdefault(words[0], []).append(frozenset(words))
+
+    def words_named(self, query_words: AbstractSet[str]) -> set[str]:
+        """The words of every name whose words are all among `query_words` (lowercase)."""
+        out: set[str] = set()
+        for word in query_words:
+            for name in self._by_first.get(word, ()):
+                if name <= query_words:
+                    out |= name
+        return out
+
+
+def without_names(query: str, names: Names | Iterable[str]) -> str:
     """`query` without the names among `names` that it names (as named_in matches: every word of the
     name), possessives included ("Melanie's"); the query itself if nothing else would be left."""
     words = {w.lower() for w in _WORD.findall(query)}
-    drop = {w.lower() for name in names if _named(words, name) for w in _WORD.findall(name)}
+    drop = (names if isinstance(names, Names) else Names(names)).words_named(words)
     if not drop:
         return query
     left = _WORD_OR_POSSESSIVE.sub(lambda m: " " if m.group(1).lower() in drop else m.group(0), query)
@@ -420,10 +443,10 @@ class Retriever:
         neighbours: NeighbourLookup | None = None,
         calibrated_floor: float | None = None,
         cooldown: Cooldown | None = None,
-        names: Collection[str] = (),
+        names: Names | Collection[str] = (),
     ) -> None:
         self.settings = settings
-        self._names = names  # who a query may name: the speakers of what is searchable
+        self._names = names if isinstance(names, Names) else Names(names)  # who a query may name
         self._lexical = lexical
         self._load = load
         self._vector = vector

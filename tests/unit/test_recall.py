@@ -22,6 +22,7 @@ from memory.recall import (
     Candidate,
     Cooldown,
     Key,
+    Names,
     RecallSettings,
     Retriever,
     Scored,
@@ -248,6 +249,14 @@ def test_named_in(query: str, speaker: str | None, named: bool) -> None:
 )
 def test_without_names(query: str, names: list[str], searched: str) -> None:
     assert without_names(query, names) == searched
+    assert without_names(query, Names(names)) == searched  # built once, as the gateway does
+
+
+def test_names_are_looked_up_by_the_query_words_among_thousands() -> None:
+    crowd = Names([f"Member {n}" for n in range(5_000)] + ["Jon Smith", "Dana"])
+    assert crowd.words_named({"what", "did", "jon", "smith", "and", "dana", "say"}) == {"jon", "smith", "dana"}
+    assert crowd.words_named({"what", "did", "jon", "say"}) == set()  # not the whole name
+    assert crowd.words_named({"member", "17"}) == {"member", "17"}
 
 
 async def test_the_legs_search_without_the_names_and_the_boost_still_sees_them() -> None:
