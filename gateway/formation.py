@@ -22,6 +22,7 @@ from gateway.config import Config
 from gateway.jobs import JobFailed, JobRunner
 from gateway.llm import LLMClient, ModelSpec
 from gateway.logs import event
+from gateway.memory_service import write_access
 from gateway.session_memory import SessionMemory
 from gateway.turn import NOTICE_AUTHOR
 from memory import formation, policy
@@ -63,10 +64,7 @@ class Formation:
         self._secrets = secrets
         # Called after records were written (the recall upkeep embeds them).
         self.on_change: Callable[[], None] | None = None
-        wa = config.memory.write_access
-        self._access = policy.WriteAccess(
-            enabled=wa.enabled, allowed_roles=frozenset(wa.allowed_roles), allowed_users=frozenset(wa.allowed_users)
-        )
+        self._access = write_access(config)
 
     @property
     def enabled(self) -> bool:

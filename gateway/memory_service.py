@@ -53,6 +53,14 @@ def describe(record: MemoryRecord, *, long: bool = False) -> str:
     return "\n".join(lines)
 
 
+def write_access(config: Config) -> policy.WriteAccess:
+    """`memory.write_access` as the policy reads it."""
+    wa = config.memory.write_access
+    return policy.WriteAccess(
+        enabled=wa.enabled, allowed_roles=frozenset(wa.allowed_roles), allowed_users=frozenset(wa.allowed_users)
+    )
+
+
 class MemoryService:
     def __init__(self, config: Config, records: RecordStore, secrets: list[str]) -> None:
         self.config = config
@@ -60,10 +68,7 @@ class MemoryService:
         self._secrets = secrets
         # Called after any record changed (the recall upkeep embeds what is new).
         self.on_change: Callable[[], None] | None = None
-        wa = config.memory.write_access
-        self.access = policy.WriteAccess(
-            enabled=wa.enabled, allowed_roles=frozenset(wa.allowed_roles), allowed_users=frozenset(wa.allowed_users)
-        )
+        self.access = write_access(config)
 
     @property
     def enabled(self) -> bool:
