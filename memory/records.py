@@ -591,6 +591,10 @@ def _expire(conn: Connection, now: datetime) -> int:
     return _purge_where(conn, or_(expired, forgotten))
 
 
+def _unexpired(now: datetime) -> ColumnElement[bool]:
+    return or_(memory_records.c.expires_at.is_(None), memory_records.c.expires_at > now)
+
+
 def _searchable(scopes: Sequence[str], include_projects: bool, now: datetime) -> builtins.list[ColumnElement[bool]]:
     """What search may return (see the module docstring), and only in the given scopes."""
     where_scope: builtins.list[ColumnElement[bool]] = []
@@ -602,7 +606,7 @@ def _searchable(scopes: Sequence[str], include_projects: bool, now: datetime) ->
         or_(*where_scope),
         memory_records.c.status == RecordStatus.ACTIVE.value,
         memory_records.c.memory_class != MemoryClass.TRACE.value,
-        or_(memory_records.c.expires_at.is_(None), memory_records.c.expires_at > now),
+        _unexpired(now),
         memory_records.c.origin_audience != "public",
     ]
 
@@ -755,7 +759,7 @@ def _texts(conn: Connection, scope: str, limit: int, now: datetime) -> builtins.
         .where(
             memory_records.c.scope == scope,
             memory_records.c.status == RecordStatus.ACTIVE.value,
-            or_(memory_records.c.expires_at.is_(None), memory_records.c.expires_at > now),
+            _unexpired(now),
         )
         .order_by(memory_records.c.created_at.desc(), memory_records.c.seq.desc())
         .limit(limit)
