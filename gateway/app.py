@@ -41,7 +41,6 @@ from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex
 from memory.presets import PresetStore
-from memory.revisions import RevisionLog
 from memory.storage import Storage
 from memory.traces import TraceStore
 
@@ -133,7 +132,7 @@ class Gateway:
         # Consolidation into Memory.md and the daily merge (issue 7): their job kinds and the tool.
         chain = functools.partial(self.session_memory.background_chain, self.config.agents.list[0])
         self.consolidator = Consolidator(self.config, storage, self.llm, daily, self.daily_index, list(secrets), chain)
-        merger = Merger(storage.records, RevisionLog(storage.db))
+        merger = Merger(storage.records, storage.revisions)
         self.consolidator.on_change = merger.on_change = self.recall.wake
         self.jobs.register(CONSOLIDATE_JOB, self.consolidator.handle_job)
         self.jobs.register(MERGE_JOB, merger.handle_job)

@@ -207,9 +207,8 @@ def diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[str
 
 
 async def _list(args: argparse.Namespace, storage: Storage) -> int:
-    from memory.revisions import RevisionLog
 
-    found = await RevisionLog(storage.db).list(record_id=args.record, limit=args.limit)
+    found = await storage.revisions.list(record_id=args.record, limit=args.limit)
     for rev in found:
         print(json.dumps(revision_json(rev), ensure_ascii=False) if args.json else _line(rev))
     if not found and not args.json:
@@ -218,9 +217,8 @@ async def _list(args: argparse.Namespace, storage: Storage) -> int:
 
 
 async def _show(args: argparse.Namespace, storage: Storage) -> int:
-    from memory.revisions import RevisionLog
 
-    rev = await RevisionLog(storage.db).get(args.id)
+    rev = await storage.revisions.get(args.id)
     if rev is None:
         print(f"clawgate memory revisions show: no revision {args.id}", file=sys.stderr)
         return 1
@@ -242,10 +240,9 @@ async def _show(args: argparse.Namespace, storage: Storage) -> int:
 
 async def _undo(args: argparse.Namespace, storage: Storage) -> int:
     from memory.records import RecordError
-    from memory.revisions import RevisionLog
 
     try:
-        undone = await RevisionLog(storage.db).undo(args.id, CLI_ACTOR)
+        undone = await storage.revisions.undo(args.id, CLI_ACTOR)
     except RecordError as exc:
         print(f"clawgate memory revisions undo: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from memory.jobs import JobStore
 from memory.journal import Journal
 from memory.links import LinkStore, PairingStore
 from memory.records import RecordStore
+from memory.revisions import RevisionLog
 from memory.sessions import SessionStore
 
 
@@ -22,6 +23,7 @@ class Storage:
         self.jobs = JobStore(db)
         self.archive = ArchiveStore(db)
         self.records = RecordStore(db)
+        self.revisions = RevisionLog(db)  # across records: batches (merges), undo by revision id
         self.journal = Journal(db)
         self.links = LinkStore(db)
         self.pairing = PairingStore(db)
