@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 import channels
+from gateway import console
 from gateway.auth import TokenAuth
 from gateway.commands import COMMANDS
 from gateway.config import Config
@@ -141,6 +142,7 @@ class Gateway:
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
             tools.append(consolidate_tool(self.consolidator, self.jobs))
         engine = TurnEngine(self.config, self.llm, ToolRegistry(tools, PresetStore(storage.db, list(secrets))))
+        core = CoreFiles(daily)
         self.traces = TraceRecorder(TraceStore(storage.db), list(secrets))
         self.router = Router(
             self.config,
@@ -150,12 +152,13 @@ class Gateway:
             self.adapters,
             self.metrics,
             self.session_memory,
-            PromptContext(self.config, CoreFiles(daily)),
+            PromptContext(self.config, core),
             memory,
             self.recall,
             self.traces,
         )
         OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
+        console.mount(app, self, memory, core, list(secrets))
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
 
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)

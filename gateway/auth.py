@@ -1,25 +1,31 @@
 """Bearer tokens from config. Tokens are looked up by their SHA-256 digest, so lookup timing
-tells nothing about the tokens themselves."""
+tells nothing about the tokens themselves, and a console session keeps only that digest."""
 
 from __future__ import annotations
 
-import hashlib
-
 from gateway.config import Config
+from memory.console_sessions import digest
 
 
 class TokenAuth:
     def __init__(self, config: Config) -> None:
-        self._by_digest: dict[bytes, str] = {}
+        self._by_digest: dict[str, str] = {}
         for uid, user in config.users.items():
             for tok in user.tokens:
-                self._by_digest[_digest(tok.get_secret_value())] = uid
+                self._by_digest[digest(tok.get_secret_value())] = uid
 
     def __call__(self, token: str | None) -> str | None:
-        if not token:
+        found = self.identify(token)
+        return None if found is None else found[0]
+
+    def identify(self, token: str | None) -> tuple[str, str] | None:
+        """(user id, the token's digest) for a valid token."""
+        if not token or len(token) > 4096:
             return None
-        return self._by_digest.get(_digest(token))
+        token_digest = digest(token)
+        uid = self._by_digest.get(token_digest)
+        return None if uid is None else (uid, token_digest)
 
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+    def holds(self, user_id: str, token_digest: str) -> bool:
+        """Is the token with this digest still one of this user's (config may have changed)?"""
+        return self._by_digest.get(token_digest) == user_id

@@ -31,20 +31,6 @@ def add_parsers(sub: Any) -> None:
     retry.add_argument("id", type=int)
 
 
-def job_json(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "kind": job.kind,
-        "key": job.key,
-        "status": job.status,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "last_error": job.last_error,
-        "created_at": job.created_at.isoformat(),
-        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-    }
-
-
 def _line(job: Job) -> str:
     when = f"{job.created_at:%Y-%m-%d %H:%M}Z"
     error = f"  {job.last_error}" if job.last_error else ""
@@ -67,7 +53,7 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
             pending_review = await storage.records.count(review_status=ReviewStatus.PENDING)
             out: dict[str, Any] = {
                 "jobs": counts,
-                "dead_letters": [job_json(j) for j in dead],
+                "dead_letters": [j.to_json() for j in dead],
                 "flushes": flushes,
                 "memory_records": {"active": records, "pending_review": pending_review},
             }
@@ -89,7 +75,7 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
         async def listing(storage: Any) -> int:
             found = await storage.jobs.list(args.status, args.kind, args.limit)
             for job in found:
-                print(json.dumps(job_json(job)) if args.json else _line(job))
+                print(json.dumps(job.to_json()) if args.json else _line(job))
             if not found and not args.json:
                 print("no jobs")
             return 0

@@ -93,6 +93,12 @@ class CoreFiles:
             self._seen[path] = (now, text)
         return text
 
+    def forget(self, path: Path) -> None:
+        """Drop what is cached of `path`: the next read sees the file as it is now."""
+        with self._lock:
+            self._seen.pop(path, None)
+            self._cache.pop(path, None)
+
     def _read(self, path: Path) -> str:
         try:
             st = path.stat()

@@ -79,8 +79,5 @@ class RecordSearch:
 
     async def search(self, actor: Actor, query: str, limit: int) -> list[Found]:
         """At most `limit` memories `actor` could recall in a direct conversation, best first."""
-        s = self.settings  # a turn takes the best 20 lexical and 50 vector hits; a longer answer, more
-        settings = replace(s, lexical_pool=max(s.lexical_pool, limit), vector_pool=max(s.vector_pool, limit))
         where = self.memory.where("personal", None)
-        recall, records = await self.recall.rank(actor, where, query, kinds=("record",), settings=settings)
-        return [Found(records[s.candidate.id], s.score) for s in recall.ranked[:limit]]
+        return await self.recall.search_records(actor, where, query, limit, settings=self.settings)

@@ -25,6 +25,8 @@ log = logging.getLogger("clawgate.memory")
 
 NOT_FOUND = "No memory {id} that you can see."
 INSTRUCTION = UsePolicy(can_use_as_instruction=True, can_use_as_evidence=True, requires_user_confirmation=False)
+# A person at a keyboard: what they store or edit is confirmed by their typing it.
+HUMAN_RUNS = frozenset({"chat", "cli", "console", "import"})
 EVIDENCE_ONLY = UsePolicy(can_use_as_instruction=False, can_use_as_evidence=True, requires_user_confirmation=True)
 
 
@@ -155,7 +157,7 @@ class MemoryService:
         if verdict.action == "refuse":
             event(log, "memory_write_refused", actor=actor.user_id, run=actor.run, reasons=len(verdict.reasons))
             raise MemoryRefused("; ".join(verdict.reasons))
-        human = actor.run in ("chat", "cli", "import")
+        human = actor.run in HUMAN_RUNS
         provenance = Provenance.USER_CONFIRMED if human else Provenance.INFERRED
         sensitive = verdict.action == "flag"
         use, review, memory_class = policy.trust_defaults(provenance, human, target, sensitive)
@@ -175,10 +177,10 @@ class MemoryService:
             origin_audience=where.audience,
         )
         event(log, "memory_stored", id=record.id, scope=str(target), run=actor.run, flagged=sensitive)
-        self._changed()
+        self.changed()
         return record
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
 
@@ -220,7 +222,7 @@ class MemoryService:
                 raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
             try:
                 undone = await self.records.undo(gone.id, who)
-                self._changed()
+                self.changed()
                 return undone
             except RecordError as exc:
                 raise MemoryRefused(str(exc) or "nothing to undo") from None
@@ -239,7 +241,7 @@ class MemoryService:
             if verdict.action == "refuse":
                 raise MemoryRefused("; ".join(verdict.reasons))
             # A person's edit confirms the memory; the model's correction stays evidence.
-            confirmed = verdict.action == "ok" and actor.run in ("chat", "cli")
+            confirmed = verdict.action == "ok" and actor.run in ("chat", "cli", "console")
             return await self._update(
                 record,
                 who,
@@ -289,7 +291,7 @@ class MemoryService:
         except RecordError as exc:
             raise MemoryRefused(str(exc) or "the memory changed meanwhile: try again") from None
         event(log, "memory_reviewed", id=record.id, action=action)
-        self._changed()
+        self.changed()
         return done
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -19,6 +21,8 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        # model -> (outcome, unix time) of its latest call: the console's model reachability.
+        self.last_llm_call: dict[str, tuple[str, float]] = {}
         self.llm_calls = Counter(
             "clawgate_llm_calls", "LLM calls by model and outcome", ["model", "outcome"], registry=r
         )
@@ -33,6 +37,7 @@ class Metrics:
         )
 
     def llm_call(self, model: str, outcome: str, seconds: float) -> None:
+        self.last_llm_call[model] = (outcome, time.time())
         self.llm_calls.labels(model, outcome).inc()
         self.llm_latency.labels(model).observe(seconds)
         if outcome != "ok":

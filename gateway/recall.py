@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from gateway.config import Config
 from gateway.context import Section
 from gateway.events import utcnow
 from gateway.logs import event
-from gateway.memory_service import MemoryService
+from gateway.memory_service import Found, MemoryService
 from memory import policy
 from memory.archive import query_terms
 from memory.archive import search_in as archive_search
@@ -339,6 +339,16 @@ class TurnRecall:
             vector_pool=settings.vector_pool,
         )
         return await retriever.recall(query, utcnow()), legs.records
+
+    async def search_records(
+        self, actor: Actor, where: Where, query: str, limit: int, *, settings: RecallSettings | None = None
+    ) -> list[Found]:
+        """At most `limit` long-term records `actor` could recall for `query` from `where`, best first,
+        ranked as a turn ranks them (a search by a person: `clawgate memory search`, the console)."""
+        s = settings or self.settings  # a turn takes the best 20 lexical and 50 vector hits; a longer answer, more
+        pools = replace(s, lexical_pool=max(s.lexical_pool, limit), vector_pool=max(s.vector_pool, limit))
+        recall, records = await self.rank(actor, where, query, kinds=("record",), settings=pools)
+        return [Found(records[c.candidate.id], c.score) for c in recall.ranked[:limit]]
 
     async def sections(self, actor: Actor, where: Where, query: str) -> list[Section]:
         """What the prompt should carry for this turn: instruction-grade memories, evidence, and

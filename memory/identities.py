@@ -57,6 +57,21 @@ def _load_user(conn: Connection, user_id: str) -> User | None:
     return User(id=row.id, roles=tuple(row.roles), identities=tuple(idents))
 
 
+def _users(conn: Connection, limit: int, offset: int) -> list[User]:
+    rows = conn.execute(select(users).order_by(users.c.created_at, users.c.id).limit(limit).offset(offset)).all()
+    ids = [r.id for r in rows]
+    owned: dict[str, list[str]] = {uid: [] for uid in ids}
+    if ids:
+        found = conn.execute(
+            select(identities.c.user_id, identities.c.identity)
+            .where(identities.c.user_id.in_(ids))
+            .order_by(identities.c.created_at, identities.c.identity)
+        )
+        for uid, ident in found:
+            owned[uid].append(ident)
+    return [User(id=r.id, roles=tuple(r.roles), identities=tuple(owned[r.id])) for r in rows]
+
+
 def _display_names(conn: Connection) -> dict[str, str]:
     rows = conn.execute(
         select(identities.c.identity, identities.c.display_name).where(identities.c.display_name.is_not(None))
@@ -107,6 +122,10 @@ class IdentityStore:
         if user is not None:
             self._users[user_id] = user
         return user
+
+    async def users(self, limit: int = 200, offset: int = 0) -> list[User]:
+        """Users in the order they were first seen, each with their identities."""
+        return await self._db.read(_users, max(1, limit), max(0, offset))
 
     async def display_names(self) -> dict[str, str]:
         """identity → the name its person goes by there, for the identities that gave one."""

@@ -58,6 +58,20 @@ class Job:
     created_at: datetime
     finished_at: datetime | None
 
+    def to_json(self) -> dict[str, Any]:
+        """What `clawgate jobs list --json` and the console show of a job (not its payload)."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "key": self.key,
+            "status": self.status,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "last_error": self.last_error,
+            "created_at": self.created_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }
+
 
 def _job(row: Row[Any]) -> Job:
     return Job(

@@ -60,16 +60,17 @@ SYSTEM = "system"
 USER = "user"
 PUBLIC = "public"
 
-Run = Literal["chat", "tool", "cli", "import", "scheduled", "webhook"]
+Run = Literal["chat", "tool", "cli", "console", "import", "scheduled", "webhook"]
 Audience = Literal["personal", "team", "public"]
 
 
 @dataclass(frozen=True, slots=True)
 class Actor:
     """Who is asking, and how the request arrives: a person typing a command (`chat`), the model
-    calling a memory tool during a turn (`tool`), the operator's CLI (`cli`), `clawgate memory
-    import` (`import`), a scheduled job or a webhook. The same person is trusted less through the
-    model than at the keyboard, since the model acts on whatever text it has read."""
+    calling a memory tool during a turn (`tool`), the operator's CLI (`cli`), a person in the web
+    console (`console`), `clawgate memory import` (`import`), a scheduled job or a webhook. The same
+    person is trusted less through the model than at the keyboard, since the model acts on whatever
+    text it has read."""
 
     user_id: str | None
     roles: frozenset[str] = frozenset()

@@ -740,6 +740,33 @@ def _listing(
     return where
 
 
+@dataclass(frozen=True, slots=True)
+class Browse:
+    """What the console's memory browser narrows to, beside the scopes and statuses list() takes."""
+
+    personal_of: str | None  # every personal scope but this user's is left out (None: all are)
+    scope_kind: ScopeKind | None = None
+    memory_class: MemoryClass | None = None
+    provenance: Provenance | None = None
+    expires_before: datetime | None = None  # "expiring soon"
+
+    def where(self) -> builtins.list[ColumnElement[bool]]:
+        c = memory_records.c
+        own = f"{ScopeKind.PERSONAL.value}:{self.personal_of}" if self.personal_of is not None else None
+        where = [or_(c.scope.not_like(f"{ScopeKind.PERSONAL.value}:%"), c.scope == own)]
+        if self.scope_kind is not None:
+            kind = ScopeKind(self.scope_kind).value
+            where.append(c.scope == kind if kind == ScopeKind.GLOBAL.value else c.scope.like(f"{kind}:%"))
+        if self.memory_class is not None:
+            where.append(c.memory_class == MemoryClass(self.memory_class).value)
+        if self.provenance is not None:
+            where.append(c.provenance == Provenance(self.provenance).value)
+        if self.expires_before is not None:
+            where.append(c.expires_at.is_not(None))
+            where.append(c.expires_at <= self.expires_before)
+        return where
+
+
 def _list(
     conn: Connection, where: Sequence[ColumnElement[bool]], limit: int, offset: int
 ) -> builtins.list[MemoryRecord]:
@@ -940,6 +967,24 @@ class RecordStore:
         """Records newest first. `scopes` None: every scope; `status` None: every status but deleted."""
         where = _listing(None if scopes is None else [str(s) for s in scopes], review_status, status)
         return await self._db.read(_list, where, max(1, min(MAX_LIST, limit)), max(0, offset))
+
+    async def browse(
+        self,
+        browse: Browse,
+        *,
+        scopes: Sequence[str | Scope] | None = None,
+        review_status: ReviewStatus | None = None,
+        status: RecordStatus | None = RecordStatus.ACTIVE,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[builtins.list[MemoryRecord], int]:
+        """list() narrowed by `browse`, and how many records match in all (for paging)."""
+        where = _listing(None if scopes is None else [str(s) for s in scopes], review_status, status) + browse.where()
+
+        def run(conn: Connection) -> tuple[builtins.list[MemoryRecord], int]:
+            return _list(conn, where, max(1, min(MAX_LIST, limit)), max(0, offset)), _count(conn, where)
+
+        return await self._db.read(run)
 
     async def texts(
         self, scope: str | Scope, *, limit: int = 500, now: datetime | None = None

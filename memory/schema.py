@@ -351,3 +351,17 @@ tool_presets = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_tool_presets_tool", "tool"),
 )
+
+# Web console sign-ins (issue 8). The cookie holds a random id; only its digest is stored. The
+# digest of the token used to sign in is kept so that removing the token from config ends the session.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("id_digest", String(64), primary_key=True),
+    Column("user_id", String(128), nullable=False),
+    Column("token_digest", String(64), nullable=False),
+    Column("csrf", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index("ix_console_sessions_expires_at", "expires_at"),
+)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memory.archive import ArchiveStore
+from memory.console_sessions import ConsoleSessionStore
 from memory.db import Database
 from memory.flushes import FlushStore
 from memory.identities import IdentityStore
@@ -27,6 +28,7 @@ class Storage:
         self.journal = Journal(db)
         self.links = LinkStore(db)
         self.pairing = PairingStore(db)
+        self.console_sessions = ConsoleSessionStore(db)
 
     @classmethod
     async def open(cls, url: str) -> Storage:

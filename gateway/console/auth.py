@@ -1,0 +1,123 @@
+"""Who is asking the console and its API: a bearer token (scripts), or a browser session that
+signed in with a user's token (an HttpOnly, SameSite=Strict cookie).
+
+A cookie is sent by the browser on its own, so every unsafe request made with one must prove it
+comes from our own page: the session's CSRF token in the `X-CSRF-Token` header (scripts on the
+page) or a `csrf` form field (plain forms), and an `Origin`, when the browser sends one, of this
+very server. A bearer token is never sent by a browser unasked, so it needs neither."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from gateway.auth import TokenAuth
+from gateway.console.service import Viewer
+from gateway.logs import event
+from memory.console_sessions import ConsoleSessionStore
+from memory.identities import IdentityStore
+
+log = logging.getLogger("clawgate.console")
+
+COOKIE = "clawgate_console"
+UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Failed sign-ins per client address before it waits: guessing tokens stays hopeless.
+MAX_FAILURES = 10
+FAILURE_WINDOW = 60.0
+
+
+class Unauthenticated(Exception):
+    """No valid token or session: the API answers 401, a page sends the browser to sign in."""
+
+
+class CsrfRejected(Exception):
+    """An unsafe request with a cookie but without proof that our own page sent it."""
+
+
+class ConsoleAuth:
+    def __init__(self, tokens: TokenAuth, sessions: ConsoleSessionStore, identities: IdentityStore) -> None:
+        self.tokens = tokens
+        self.sessions = sessions
+        self.identities = identities
+        self._failures: dict[str, deque[float]] = {}
+
+    async def viewer(self, request: web.Request, form: Mapping[str, str] | None = None) -> Viewer:
+        """The signed-in person, or Unauthenticated; CsrfRejected for an unproven unsafe request."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            found = self.tokens.identify(token.strip())
+            if found is None:
+                raise Unauthenticated("invalid bearer token")
+            return await self._viewer(found[0], None)
+        session_id = request.cookies.get(COOKIE, "")
+        session = await self.sessions.get(session_id) if session_id else None
+        if session is None or not self.tokens.holds(session.user_id, session.token_digest):
+            raise Unauthenticated("sign in first")
+        if request.method in UNSAFE:
+            sent = request.headers.get("X-CSRF-Token") or (form or {}).get("csrf", "")
+            if not hmac.compare_digest(sent.encode(), session.csrf.encode()) or not same_origin(request):
+                event(log, "console_csrf_rejected", logging.WARNING, path=request.path)
+                raise CsrfRejected("the request did not come from this console: reload the page and try again")
+        return await self._viewer(session.user_id, session.csrf)
+
+    async def _viewer(self, user_id: str, csrf: str | None) -> Viewer:
+        user = await self.identities.get_user(user_id)
+        roles = frozenset(user.roles) if user is not None else frozenset({"user"})
+        return Viewer(user_id, roles, csrf)
+
+    async def sign_in(self, request: web.Request, token: str) -> tuple[str, Viewer] | None:
+        """A new session for a valid token: (cookie value, viewer). None when the token is wrong
+        or this address failed too often lately."""
+        address = request.remote or "?"
+        now = time.monotonic()
+        if len(self._failures) > 10_000:  # many addresses: forget the quiet ones
+            self._failures = {a: f for a, f in self._failures.items() if f and now - f[-1] <= FAILURE_WINDOW}
+        failures = self._failures.setdefault(address, deque())
+        while failures and now - failures[0] > FAILURE_WINDOW:
+            failures.popleft()
+        if len(failures) >= MAX_FAILURES:
+            event(log, "console_sign_in_throttled", logging.WARNING, address=address)
+            return None
+        found = self.tokens.identify(token.strip())
+        if found is None:
+            failures.append(now)
+            event(log, "console_sign_in_failed", logging.INFO, address=address)
+            return None
+        self._failures.pop(address, None)
+        session_id, session = await self.sessions.create(*found)
+        event(log, "console_signed_in", user=found[0])
+        return session_id, await self._viewer(found[0], session.csrf)
+
+    async def sign_out(self, request: web.Request) -> None:
+        session_id = request.cookies.get(COOKIE, "")
+        if session_id:
+            await self.sessions.delete(session_id)
+
+
+def same_origin(request: web.Request) -> bool:
+    """True unless the browser says the request comes from another origin."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    return origin == f"{request.scheme}://{request.host}"
+
+
+def set_cookie(response: web.StreamResponse, request: web.Request, session_id: str, max_age: int) -> None:
+    response.set_cookie(
+        COOKIE,
+        session_id,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,
+    )
+
+
+def clear_cookie(response: web.StreamResponse) -> None:
+    response.del_cookie(COOKIE, path="/")
