@@ -22,6 +22,7 @@ from tests.fakes.llm import FakeLLM
 
 ALICE_TOKEN = "alice-token-0123456789"
 BOB_TOKEN = "bob-token-0123456789ab"
+ROOT_TOKEN = "root-token-0123456789"
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def make_config(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> Confi
         "users": {
             "alice": {"roles": ["user"], "tokens": [ALICE_TOKEN], "identities": ["telegram:1"]},
             "bob": {"roles": ["user"], "tokens": [BOB_TOKEN]},
-            "root": {"roles": ["admin"], "tokens": ["root-token-0123456789"]},
+            "root": {"roles": ["admin"], "tokens": [ROOT_TOKEN]},
         },
         # The daily merge would run at start in any test after 03:00 UTC: the tests that want it say so.
         "memory": {"merge": {"enabled": False}},

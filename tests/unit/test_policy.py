@@ -100,6 +100,7 @@ WRITE_PERSONAL = _grid(
 RUN_NEVER: dict[str, set[str]] = {
     "chat": set(),
     "cli": set(),
+    "console": set(),
     "import": set(),
     "tool": {"project", "global", "channel-elsewhere"},
     "scheduled": {"global"},
