@@ -222,6 +222,12 @@ class Gateway:
         await self.start()
         if self._sites:
             print(f"clawgate is running: open {self.url} to chat (Ctrl+C stops it)", file=sys.stderr, flush=True)
+            signing_in = (
+                "sign in with a user's token"
+                if any(u.tokens for u in self.config.users.values())
+                else ("no user has a token yet: set CLAWGATE_TOKEN (16+ characters) and restart to sign in")
+            )
+            print(f"web console: {self.url}/console ({signing_in})", file=sys.stderr, flush=True)
         await self._stopping.wait()
         event(log, "gateway_stopping")
         await self.stop()

@@ -42,6 +42,7 @@ REVIEW_ACTIONS = ("confirm", "edit", "evidence", "scope", "stale", "merge", "rej
 ACTION_ARGUMENT = {"edit": "text", "supersede": "text", "scope": "scope", "merge": "record id"}
 EXPIRING_SOON = timedelta(days=7)
 MAX_CORE_CHARS = 200_000
+SOURCE_CHARS = 1000  # of the message a memory came from
 _RECORD_ID = re.compile(r"mem-[A-Za-z0-9]{1,64}")
 
 
@@ -259,6 +260,7 @@ class ConsoleService:
         newest = max((r.revision for r in revisions), default=0)
         return {
             "record": record_json(record),
+            "source_message": await self._source_message(viewer, record),
             "revisions": [
                 {
                     **revision_json(r),
@@ -268,6 +270,17 @@ class ConsoleService:
             ],
             "actions": list(REVIEW_ACTIONS) if reviewable else [],
         }
+
+    async def _source_message(self, viewer: Viewer, record: MemoryRecord) -> dict[str, Any] | None:
+        """The message a memory was stored from, when it is the viewer's own."""
+        if not record.source or len(record.source) > 255:
+            return None
+        found = await self.storage.sessions.source_message(record.source, viewer.user_id)
+        if found is None:
+            return None
+        session, message = found
+        text = message.content
+        return {"session": session, "text": text[:SOURCE_CHARS] + ("…" if len(text) > SOURCE_CHARS else "")}
 
     async def _readable(self, viewer: Viewer, record_id: str) -> MemoryRecord:
         """The record when the viewer may open it. Otherwise 403, whether it is someone else's or

@@ -66,6 +66,18 @@ async def get_json(http: aiohttp.ClientSession, url: str, token: str | None = No
 # -- signing in ------------------------------------------------------------------------------------
 
 
+async def test_a_memory_shows_the_message_it_came_from_to_its_author_only(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    r = await http.post(
+        gateway.url + API + "/messages", json={"text": "/remember I take the 8:15 train"}, headers=auth()
+    )
+    record_id = (await r.json())["reply"].split()[2]
+    status, detail = await get_json(http, gateway.url + API + f"/memory/{record_id}", ALICE_TOKEN)
+    assert status == 200, detail
+    assert detail["source_message"] == {"session": "web:dm:alice", "text": "/remember I take the 8:15 train"}
+
+
 async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_it(
     gateway: Gateway, browser: aiohttp.ClientSession
 ) -> None:
