@@ -745,6 +745,8 @@ class Browse:
     """What the console's memory browser narrows to, beside the scopes and statuses list() takes."""
 
     personal_of: str | None  # every personal scope but this user's is left out (None: all are)
+    channels: bool = True  # conversations' memory too (administrators)
+    scope: Scope | None = None  # exactly this one
     scope_kind: ScopeKind | None = None
     memory_class: MemoryClass | None = None
     provenance: Provenance | None = None
@@ -754,6 +756,10 @@ class Browse:
         c = memory_records.c
         own = f"{ScopeKind.PERSONAL.value}:{self.personal_of}" if self.personal_of is not None else None
         where = [or_(c.scope.not_like(f"{ScopeKind.PERSONAL.value}:%"), c.scope == own)]
+        if not self.channels:
+            where.append(c.scope.not_like(f"{ScopeKind.CHANNEL.value}:%"))
+        if self.scope is not None:
+            where.append(c.scope == str(self.scope))
         if self.scope_kind is not None:
             kind = ScopeKind(self.scope_kind).value
             where.append(c.scope == kind if kind == ScopeKind.GLOBAL.value else c.scope.like(f"{kind}:%"))

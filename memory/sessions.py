@@ -210,20 +210,6 @@ def _reply_for_event(conn: Connection, event_id: str) -> Message | None:
     return None if row is None else Message(role=row.role, content=row.content, event_id=row.event_id)
 
 
-def _source_message(conn: Connection, event_id: str, user_id: str) -> tuple[str, Message] | None:
-    both = _both("id", "session_id", "role", "content", "author", "event_id")
-    row = conn.execute(
-        select(both, sessions.c.key)
-        .join(sessions, sessions.c.id == both.c.session_id)
-        .where(both.c.event_id == event_id, both.c.role == "user", sessions.c.user_id == user_id)
-        .order_by(both.c.id)
-        .limit(1)
-    ).first()
-    if row is None:
-        return None
-    return row.key, Message(role=row.role, content=row.content, author=row.author, event_id=row.event_id, id=row.id)
-
-
 def _has_user_message(conn: Connection, event_id: str) -> bool:
     both = _both("role", "event_id")
     n = conn.execute(
@@ -431,11 +417,6 @@ class SessionStore:
     async def reply_for_event(self, event_id: str) -> Message | None:
         """The assistant reply recorded for an inbound event, if the turn got that far."""
         return await self._db.read(_reply_for_event, event_id)
-
-    async def source_message(self, event_id: str, user_id: str) -> tuple[str, Message] | None:
-        """(session key, message) of the person's own message that carried `event_id`: where a memory
-        they stored came from. None for anyone else's message, so a source shows only to its author."""
-        return await self._db.read(_source_message, event_id, user_id)
 
     async def has_user_message(self, state: SessionState, event_id: str) -> bool:
         if any(m.event_id == event_id and m.role == "user" for m in state.recent):

@@ -1,19 +1,115 @@
 """The console's pages under /console (issue 8): plain server-rendered HTML (Jinja2, autoescaped)
-over the same ConsoleService as the JSON API, with forms that work without JavaScript."""
+over the same ConsoleService as the JSON API, with forms that work without JavaScript.
+
+Every action is a POST form carrying the session's CSRF token; it answers with a 303 back to the
+page it came from (`back`, a console path only) and a notice chosen by a fixed code (`?done=…`), so
+nothing a link carries is ever shown as a message."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import jinja2
 from aiohttp import web
 
+from gateway.console.api import memory_query, path_int
 from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, same_origin, set_cookie
-from gateway.console.service import ConsoleError, ConsoleService, Viewer
+from gateway.console.service import (
+    ACTION_ARGUMENT,
+    Conflict,
+    ConsoleError,
+    ConsoleService,
+    Invalid,
+    Viewer,
+)
+from memory.jobs import STATUSES
+from memory.model import MemoryClass, Provenance, ReviewStatus, ScopeKind
 
 PageHandler = Callable[[web.Request, Viewer, Mapping[str, str]], Awaitable[web.StreamResponse]]
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+STATIC_FILES = ("console.css", "console.js")
+# A form's body: room for the longest Memory.md (200,000 characters) even when percent-encoded.
+MAX_FORM_BYTES = 4 * 1024 * 1024
+MAX_FORM_FIELDS = 32
+
+# What a finished action says, by the code its redirect carries. Unknown codes say nothing.
+NOTICES = {
+    "confirm": "Confirmed: this memory may now be followed as an instruction.",
+    "edit": "Edited: your text replaced the memory's, and its revision shows what changed.",
+    "evidence": "Marked as evidence only: it is weighed, never followed as an instruction.",
+    "scope": "The memory's scope is narrower now.",
+    "stale": "Marked as stale.",
+    "merge": "Merged: the other memory now points to this one.",
+    "reject": "Rejected.",
+    "dispute": "Marked as disputed: it is no longer followed as an instruction.",
+    "supersede": "Superseded: a new memory holds your text, and this one points to it.",
+    "undo": "Undone: the memory is back as it was before that change.",
+    "saved": "Memory.md saved.",
+    "approved": "Pairing approved: that account may talk to the assistant now.",
+    "retried": "The job is queued again.",
+}
+
+ERROR_TITLES = {403: "Not allowed", 404: "Not found", 409: "Changed meanwhile"}
+
+# Why a recalled item did or did not reach the prompt (memory.traces.REASONS), in words.
+TRACE_REASONS = {
+    "injected": "in the prompt",
+    "beyond_limit": "enough items were already chosen",
+    "over_memory_budget": "longer than the memory space left",
+    "near_repeat": "repeats an item already chosen",
+    "dropped_by_context_budget": "its section did not fit the context budget",
+}
+
+# A console path of this server: no scheme, no host, no whitespace or control characters.
+_CONSOLE_PATH = re.compile(r"/console(?:[/?][^\x00-\x20\x7f\\]*)?")
+
+
+def console_path(value: str, default: str = "/console") -> str:
+    """`value` when it is a path inside the console, else `default`: where a form may send the
+    browser back to, or where to go after signing in."""
+    return value if len(value) <= 2000 and _CONSOLE_PATH.fullmatch(value) else default
+
+
+def with_notice(path: str, code: str) -> str:
+    """`path` with its `done` parameter set to `code` (replacing one it had)."""
+    parts = urlsplit(path)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "done"]
+    return urlunsplit(("", "", parts.path, urlencode([*query, ("done", code)]), ""))
+
+
+def _when(value: str | None) -> str:
+    """An ISO timestamp as people read it (UTC, to the minute)."""
+    if not value:
+        return "—"
+    try:
+        return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return value
+
+
+def _shown(value: Any) -> str:
+    """A record field's value in words: what a revision changed, or a use policy."""
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        on = [k.replace("_", " ") for k, v in value.items() if v is True]
+        return ", ".join(on) or "none"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
 
 _templates = jinja2.Environment(
     loader=jinja2.PackageLoader("gateway.console", "templates"),
@@ -22,23 +118,71 @@ _templates = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
+_templates.filters["when"] = _when
+_templates.filters["shown"] = _shown
+_templates.filters["words"] = lambda value: str(value).replace("_", " ")
+_templates.globals["static"] = {name: f"/console/static/{name}" for name in STATIC_FILES}
+_templates.globals["ACTION_ARGUMENT"] = ACTION_ARGUMENT
+_templates.globals["TRACE_REASONS"] = TRACE_REASONS
+# The navigation: (page key, path, label, administrators only).
+_templates.globals["NAV"] = (
+    ("overview", "/console", "Overview", False),
+    ("review", "/console/review", "Review", False),
+    ("memory", "/console/memory", "Memory", False),
+    ("traces", "/console/traces", "Traces", False),
+    ("core", "/console/core", "Memory.md", False),
+    ("users", "/console/users", "Users", True),
+    ("jobs", "/console/jobs", "Jobs", True),
+)
 
 
 def render(template: str, code: int = 200, **context: Any) -> web.Response:
+    context.setdefault("active", "")
+    context.setdefault("notice", None)
+    context.setdefault("back", "/console")
     html = _templates.get_template(template).render(**context)
     return web.Response(text=html, status=code, content_type="text/html", headers=SECURITY_HEADERS)
 
 
-def _next_path(value: str) -> str:
-    """Where to go after signing in: only a console path of this server."""
-    return value if value.startswith("/console") and not value.startswith("//") else "/console"
+class FormTooLarge(Exception):
+    pass
+
+
+async def read_form(request: web.Request) -> dict[str, str]:
+    """A posted form (application/x-www-form-urlencoded, as every console form is sent), read
+    under the console's own cap: the app's client_max_size is sized for chat messages, and a
+    Memory.md may be longer. Anything else posted reads as an empty form (and so fails CSRF)."""
+    if request.content_type != "application/x-www-form-urlencoded":
+        return {}
+    too_large = FormTooLarge(f"That is more than the console takes in one form ({MAX_FORM_BYTES // 1024 // 1024} MiB).")
+    if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
+        raise too_large
+    raw = bytearray()
+    while len(raw) <= MAX_FORM_BYTES:
+        chunk = await request.content.read(MAX_FORM_BYTES + 1 - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    if len(raw) > MAX_FORM_BYTES:
+        raise too_large
+    try:
+        pairs = parse_qsl(raw.decode("ascii"), keep_blank_values=True, errors="replace", max_num_fields=MAX_FORM_FIELDS)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return dict(pairs)  # a repeated field keeps its last value
+
+
+def _notice(request: web.Request) -> str | None:
+    return NOTICES.get(request.query.get("done", ""))
+
+
+def _lines(text: str) -> str:
+    # A browser submits a textarea's line breaks as CRLF; files and memories keep LF.
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _redirect(path: str, code: str) -> web.HTTPSeeOther:
+    return web.HTTPSeeOther(with_notice(path, code))
 
 
 class ConsolePages:
@@ -51,37 +195,68 @@ class ConsolePages:
         r.add_get("/console/login", self.login_form)
         r.add_post("/console/login", self.login)
         r.add_post("/console/logout", self._page(self.logout))
-        r.add_static("/console/static", _static_dir(), append_version=True)
-        r.add_get("/console", self._page(self.overview))
+        static = r.add_static("/console/static", _static_dir(), append_version=True)
+        # Versioned URLs, so a browser never runs an old script against a new page.
+        _templates.globals["static"] = {name: str(static.url_for(filename=name)) for name in STATIC_FILES}
+        page = self._page
+        r.add_get("/console", page(self.overview))
+        r.add_get("/console/", self.slash)
+        r.add_get("/console/review", page(self.review_queue))
+        r.add_get("/console/memory", page(self.memory_browser))
+        r.add_get("/console/memory/{id}", page(self.memory_record))
+        r.add_post("/console/memory/{id}/review", page(self.review))
+        r.add_post("/console/revisions/{id}/undo", page(self.undo))
+        r.add_get("/console/traces", page(self.traces))
+        r.add_get("/console/core", page(self.core))
+        r.add_post("/console/core", page(self.save_core))
+        r.add_get("/console/users", page(self.users))
+        r.add_post("/console/pairing/{code}/approve", page(self.approve_pairing))
+        r.add_get("/console/jobs", page(self.jobs))
+        r.add_post("/console/jobs/{id}/retry", page(self.retry_job))
+        r.add_get("/console/{tail:.+}", page(self.not_found))
 
     def _page(self, handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def run(request: web.Request) -> web.StreamResponse:
             form: Mapping[str, str] = {}
             if request.method == "POST":
-                posted = await request.post()
-                form = {k: v for k, v in posted.items() if isinstance(v, str)}
+                try:
+                    form = await read_form(request)
+                except FormTooLarge as exc:
+                    return render("error.html", 413, viewer=None, title="Too large", message=str(exc))
+            back = console_path(form.get("back", ""))
             try:
                 viewer = await self.auth.viewer(request, form)
             except Unauthenticated:
-                raise web.HTTPSeeOther(f"/console/login?next={quote(request.path_qs, safe='')}") from None
+                # After signing in, a GET returns to its page; a form returns to where it was sent from.
+                target = request.path_qs if request.method == "GET" else back
+                raise web.HTTPSeeOther(f"/console/login?next={quote(target, safe='')}") from None
             except CsrfRejected as exc:
-                return render("error.html", 403, viewer=None, title="Refused", message=str(exc))
+                return render("error.html", 403, viewer=None, title="Not allowed", message=str(exc), back=back)
             try:
                 return await handler(request, viewer, form)
             except ConsoleError as exc:
-                return render("error.html", exc.status, viewer=viewer, title="Not possible", message=str(exc))
+                title = ERROR_TITLES.get(exc.status, "Not possible")
+                return render("error.html", exc.status, viewer=viewer, title=title, message=str(exc), back=back)
 
         return run
 
     # -- signing in and out ----------------------------------------------------------------------
 
     async def login_form(self, request: web.Request) -> web.Response:
-        return render("login.html", viewer=None, next=_next_path(request.query.get("next", "")), error=None)
+        next_path = console_path(request.query.get("next", ""))
+        try:
+            await self.auth.viewer(request)
+        except (Unauthenticated, CsrfRejected):
+            return render("login.html", viewer=None, next=next_path, error=None)
+        raise web.HTTPSeeOther(next_path)  # signed in already
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        posted = await request.post()
-        token = str(posted.get("token", ""))[:4096]
-        next_path = _next_path(str(posted.get("next", "")))
+        try:
+            posted = await read_form(request)
+        except FormTooLarge as exc:
+            return render("login.html", 413, viewer=None, next="/console", error=str(exc))
+        token = posted.get("token", "")[:4096]
+        next_path = console_path(posted.get("next", ""))
         if not same_origin(request):
             return render("login.html", 403, viewer=None, next=next_path, error="Sign in from this console's own page.")
         signed = await self.auth.sign_in(request, token)
@@ -99,12 +274,160 @@ class ConsolePages:
         clear_cookie(response)
         raise response
 
-    # -- pages -----------------------------------------------------------------------------------
+    # -- overview and review -----------------------------------------------------------------------
 
     async def overview(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
         status = await self.service.status(viewer) if viewer.is_admin else None
-        queue = await self.service.review_queue(viewer, limit=5)
-        return render("overview.html", viewer=viewer, status=status, queue=queue, active="overview")
+        queue = await self.service.review_queue(viewer, limit=200)
+        return render(
+            "overview.html", viewer=viewer, status=status, queue=queue, active="overview", notice=_notice(request)
+        )
+
+    async def review_queue(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        queue = await self.service.review_queue(viewer, limit=100)
+        return render(
+            "review.html",
+            viewer=viewer,
+            items=queue["items"],
+            active="review",
+            notice=_notice(request),
+            back=request.path,
+        )
+
+    async def review(self, request: web.Request, viewer: Viewer, form: Mapping[str, str]) -> web.StreamResponse:
+        record_id = request.match_info["id"]
+        action = form.get("action", "")
+        back = console_path(form.get("back", ""), f"/console/memory/{quote(record_id, safe='')}")
+        await self.service.review(viewer, record_id, action, _lines(form.get("arg", ""))[:20_000])
+        raise _redirect(back, action)
+
+    async def undo(self, request: web.Request, viewer: Viewer, form: Mapping[str, str]) -> web.StreamResponse:
+        done = await self.service.undo_revision(viewer, path_int(request, "id"))
+        first = done["records"][0]["id"] if done["records"] else ""
+        raise _redirect(console_path(form.get("back", ""), f"/console/memory/{quote(first, safe='')}"), "undo")
+
+    # -- memory --------------------------------------------------------------------------------------
+
+    async def memory_browser(
+        self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]
+    ) -> web.StreamResponse:
+        query = memory_query(request.query)
+        found = await self.service.memories(viewer, query)
+        kinds = [k.value for k in ScopeKind if viewer.is_admin or k != ScopeKind.CHANNEL]
+        if query.scope and query.scope not in kinds:
+            kinds.append(query.scope)  # an exact scope, e.g. followed from a record's page
+        limit = query.limit
+        params = [(k, v) for k, v in request.query.items() if k not in ("offset", "done")]
+
+        def page_at(offset: int) -> str:
+            return "/console/memory?" + urlencode([*params, ("offset", str(offset))])
+
+        return render(
+            "memory.html",
+            viewer=viewer,
+            active="memory",
+            query=query,
+            found=found,
+            searching=bool(query.q.strip()),
+            choices={
+                "scope": kinds,
+                "memory_class": [m.value for m in MemoryClass],
+                "provenance": [p.value for p in Provenance],
+                "review_status": [s.value for s in ReviewStatus],
+                "status": ["active", "superseded", "any"],
+            },
+            previous=page_at(max(0, query.offset - limit)) if query.offset > 0 else None,
+            next=page_at(query.offset + limit) if query.offset + limit < found["total"] else None,
+        )
+
+    async def memory_record(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        shown = await self.service.record(viewer, request.match_info["id"])
+        return render(
+            "record.html",
+            viewer=viewer,
+            active="memory",
+            notice=_notice(request),
+            back=request.path,
+            **shown,
+        )
+
+    async def traces(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        session = request.query.get("session", "")[:512]
+        found = await self.service.traces(viewer, session, limit=30)
+        return render("traces.html", viewer=viewer, active="traces", session=session, items=found["items"])
+
+    # -- Memory.md -----------------------------------------------------------------------------------
+
+    async def core(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        core = self.service.core_file(viewer, request.query.get("which", "personal"))
+        return render(
+            "core.html", viewer=viewer, active="core", core=core, text=core["text"], error=None, saved_text=None,
+            notice=_notice(request),
+        )  # fmt: skip
+
+    async def save_core(self, request: web.Request, viewer: Viewer, form: Mapping[str, str]) -> web.StreamResponse:
+        which = form.get("which", "personal")
+        text = _lines(form.get("text", ""))
+        try:
+            self.service.save_core(viewer, which, text, form.get("etag", ""))
+        except (Conflict, Invalid) as exc:
+            # Keep what the person wrote. On a conflict, show what is saved now too: saving again
+            # (with the new etag) then replaces it knowingly.
+            current = self.service.core_file(viewer, which)
+            saved_text = current["text"] if isinstance(exc, Conflict) else None
+            return render(
+                "core.html", exc.status, viewer=viewer, active="core", core=current, text=text, error=str(exc),
+                saved_text=saved_text,
+            )  # fmt: skip
+        raise _redirect(f"/console/core?which={quote(which)}", "saved")
+
+    # -- administration ------------------------------------------------------------------------------
+
+    async def users(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        users = await self.service.users(viewer)
+        pairing = await self.service.pairing(viewer)
+        return render(
+            "users.html",
+            viewer=viewer,
+            active="users",
+            users=users["items"],
+            pairing=pairing["items"],
+            notice=_notice(request),
+            back=request.path,
+        )
+
+    async def approve_pairing(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.StreamResponse:
+        await self.service.approve_pairing(viewer, request.match_info["code"])
+        raise _redirect(console_path(form.get("back", ""), "/console/users"), "approved")
+
+    async def jobs(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        status = request.query.get("status", "")[:16]
+        kind = request.query.get("kind", "")[:64]
+        found = await self.service.jobs(viewer, status, kind, limit=100)
+        return render(
+            "jobs.html",
+            viewer=viewer,
+            active="jobs",
+            counts=found["counts"],
+            items=found["items"],
+            status=status,
+            kind=kind,
+            statuses=STATUSES,
+            notice=_notice(request),
+            back=request.path_qs,
+        )
+
+    async def retry_job(self, request: web.Request, viewer: Viewer, form: Mapping[str, str]) -> web.StreamResponse:
+        await self.service.retry_job(viewer, path_int(request, "id"))
+        raise _redirect(console_path(form.get("back", ""), "/console/jobs"), "retried")
+
+    async def slash(self, _request: web.Request) -> web.StreamResponse:
+        raise web.HTTPPermanentRedirect("/console")
+
+    async def not_found(self, _request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
+        return render("error.html", 404, viewer=viewer, title="Not found", message="There is no such console page.")
 
 
 def _static_dir() -> Any:

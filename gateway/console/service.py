@@ -30,7 +30,7 @@ from gateway.recall import TurnRecall
 from memory import policy, redact
 from memory.daily import write_atomic
 from memory.jobs import STATUSES
-from memory.model import GLOBAL, MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, Scope, ScopeKind
+from memory.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, Scope, ScopeKind
 from memory.policy import Actor
 from memory.records import Browse, RecordError, Revision, snapshot
 from memory.storage import Storage
@@ -42,7 +42,6 @@ REVIEW_ACTIONS = ("confirm", "edit", "evidence", "scope", "stale", "merge", "rej
 ACTION_ARGUMENT = {"edit": "text", "supersede": "text", "scope": "scope", "merge": "record id"}
 EXPIRING_SOON = timedelta(days=7)
 MAX_CORE_CHARS = 200_000
-SOURCE_CHARS = 1000  # of the message a memory came from
 _RECORD_ID = re.compile(r"mem-[A-Za-z0-9]{1,64}")
 
 
@@ -207,27 +206,31 @@ class ConsoleService:
             total = len(rows)
             rows = rows[query.offset : query.offset + limit]
             return {"total": total, "items": [{**record_json(r), "score": round(s, 4)} for r, s in rows]}
-        scopes = None if viewer.is_admin else [str(Scope.personal(viewer.user_id)), str(GLOBAL)]
         records, total = await self.storage.records.browse(
-            browse, scopes=scopes, review_status=review, status=status, limit=limit, offset=max(0, query.offset)
+            browse, review_status=review, status=status, limit=limit, offset=max(0, query.offset)
         )
         now = utcnow()
         items = [record_json(r) for r in records if policy.can_read(viewer.actor, r, self.where, now, by_id=True)]
         return {"total": total, "items": items}
 
     def _browse(self, viewer: Viewer, query: MemoryQuery) -> Browse:
-        kind = None
+        kind, exact = None, None
         if query.scope and ":" not in query.scope:
             kind = _choice(query.scope, ScopeKind, "scope")
         elif query.scope:
             try:
-                Scope.parse(query.scope)
+                exact = Scope.parse(query.scope)
             except ValueError as exc:
                 raise Invalid(str(exc)) from None
-        if kind in (ScopeKind.CHANNEL,) and not viewer.is_admin:
+            kind = exact.kind
+            if exact.kind == ScopeKind.PERSONAL and exact.name != viewer.user_id:
+                raise Forbidden("a user never sees another user's personal memory")
+        if kind == ScopeKind.CHANNEL and not viewer.is_admin:
             raise Forbidden("only administrators browse conversations' memory")
         return Browse(
             personal_of=viewer.user_id,
+            channels=viewer.is_admin,
+            scope=exact,
             scope_kind=kind,
             memory_class=_choice(query.memory_class, MemoryClass, "memory_class"),
             provenance=_choice(query.provenance, Provenance, "provenance"),
@@ -245,6 +248,7 @@ class ConsoleService:
         kind = browse.scope_kind
         return (
             (kind is None or r.scope.kind == kind)
+            and (browse.scope is None or r.scope == browse.scope)
             and (browse.memory_class is None or r.memory_class == browse.memory_class)
             and (browse.provenance is None or r.provenance == browse.provenance)
             and (review is None or r.review_status == review)
@@ -260,7 +264,6 @@ class ConsoleService:
         newest = max((r.revision for r in revisions), default=0)
         return {
             "record": record_json(record),
-            "source_message": await self._source_message(viewer, record),
             "revisions": [
                 {
                     **revision_json(r),
@@ -270,17 +273,6 @@ class ConsoleService:
             ],
             "actions": list(REVIEW_ACTIONS) if reviewable else [],
         }
-
-    async def _source_message(self, viewer: Viewer, record: MemoryRecord) -> dict[str, Any] | None:
-        """The message a memory was stored from, when it is the viewer's own."""
-        if not record.source or len(record.source) > 255:
-            return None
-        found = await self.storage.sessions.source_message(record.source, viewer.user_id)
-        if found is None:
-            return None
-        session, message = found
-        text = message.content
-        return {"session": session, "text": text[:SOURCE_CHARS] + ("…" if len(text) > SOURCE_CHARS else "")}
 
     async def _readable(self, viewer: Viewer, record_id: str) -> MemoryRecord:
         """The record when the viewer may open it. Otherwise 403, whether it is someone else's or

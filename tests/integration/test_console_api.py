@@ -66,18 +66,6 @@ async def get_json(http: aiohttp.ClientSession, url: str, token: str | None = No
 # -- signing in ------------------------------------------------------------------------------------
 
 
-async def test_a_memory_shows_the_message_it_came_from_to_its_author_only(
-    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
-) -> None:
-    r = await http.post(
-        gateway.url + API + "/messages", json={"text": "/remember I take the 8:15 train"}, headers=auth()
-    )
-    record_id = (await r.json())["reply"].split()[2]
-    status, detail = await get_json(http, gateway.url + API + f"/memory/{record_id}", ALICE_TOKEN)
-    assert status == 200, detail
-    assert detail["source_message"] == {"session": "web:dm:alice", "text": "/remember I take the 8:15 train"}
-
-
 async def test_sign_in_sets_a_strict_http_only_cookie_and_sign_out_ends_it(
     gateway: Gateway, browser: aiohttp.ClientSession
 ) -> None:
@@ -349,6 +337,25 @@ async def test_memory_browser_filters(gateway: Gateway, http: aiohttp.ClientSess
     assert r.status == 403  # conversations' memory is for administrators
     assert await ids("?scope=channel", ROOT_TOKEN) == set()
     assert await ids("", ROOT_TOKEN) == {pending.id}
+
+    # Project memory is shared with everyone; an exact scope narrows to it.
+    assert gateway.storage is not None
+    project = await gateway.storage.records.create(
+        "Atlas ships in March",
+        memory_class=MemoryClass.DURABLE_FACT,
+        provenance=Provenance.USER_CONFIRMED,
+        use_policy=EVIDENCE_ONLY,
+        scope=Scope.parse("project:atlas"),
+        author="root",
+        review_status=ReviewStatus.NONE,
+    )
+    assert await ids("") == {pending.id, mine.id, project.id}
+    assert await ids("?scope=project:atlas") == {project.id}
+    assert await ids("?scope=project:other") == set()
+    assert await ids("?scope=personal:alice") == {mine.id}
+    assert await ids("?q=atlas+ships&scope=project:atlas") == {project.id}
+    r = await http.get(url + "?scope=personal:alice", headers=auth(BOB_TOKEN))
+    assert r.status == 403  # not even how many there are
 
 
 # -- Memory.md -------------------------------------------------------------------------------------
