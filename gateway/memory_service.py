@@ -276,6 +276,8 @@ class MemoryService:
             other = await self.get(actor, where, arg)
             if other is None or not policy.can_review(actor, other):
                 raise MemoryRefused(NOT_FOUND.format(id=arg.strip()))
+            if other.id == record.id:  # it would take its own text twice, then fail to supersede itself
+                raise MemoryRefused("a memory cannot be merged with itself")
             if other.scope != record.scope:
                 raise MemoryRefused("only memories of the same scope can be merged")
             merged = await self._update(record, who, "merge", content=f"{record.content} {other.content}".strip())

@@ -213,10 +213,14 @@ class WebAdapter:
         limit = self.config.max_message_bytes + 4096
         if request.content_length is not None and request.content_length > limit:
             raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
-        try:
-            raw = await request.content.read(limit + 1)
-        except asyncio.CancelledError:
-            raise
+        # One read() returns what has arrived so far, not the whole body: a body sent in pieces
+        # (chunked, or a slow link) must be read to its end, or to just past the limit.
+        raw = bytearray()
+        while len(raw) <= limit:
+            chunk = await request.content.read(limit + 1 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
         if len(raw) > limit:
             raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
         try:

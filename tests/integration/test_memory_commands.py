@@ -43,6 +43,13 @@ async def test_remember_search_show_forget_and_undo(
     assert not [r for r in fake_llm.requests]  # commands never reach the model
 
 
+async def test_a_memory_is_not_merged_with_itself(gateway: Gateway, http: aiohttp.ClientSession) -> None:
+    mid = memory_id(await say(http, gateway, "/remember I water the plants on Sundays"))
+    assert "itself" in await say(http, gateway, f"/memory merge {mid} {mid}")
+    shown = await say(http, gateway, f"/memory show {mid}")
+    assert shown.count("I water the plants on Sundays") == 1, shown
+
+
 async def test_another_person_cannot_reach_my_memory(gateway: Gateway, http: aiohttp.ClientSession) -> None:
     mid = memory_id(await say(http, gateway, "/remember my locker code hint is the blue door"))
     for probe in (f"/memory show {mid}", "/memory search locker blue door", f"/forget {mid}", f"/memory confirm {mid}"):

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
 import aiohttp
 import pytest
 
@@ -101,6 +105,26 @@ async def test_message_limit_is_configurable(
         assert (await post(http, gw, {"text": "y" * 100})).status == 200
     finally:
         await gw.stop()
+
+
+async def test_a_message_sent_in_pieces_is_read_whole(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    text = "long message " * 3000  # 39 KB
+    body = json.dumps({"text": text}).encode()
+
+    async def slow_client() -> AsyncIterator[bytes]:
+        # Pieces that arrive apart (chunked, on a slow link): the pause is the client's pace,
+        # not a wait for anything. A single read() on the server used to see only the first.
+        for start in range(0, len(body), 8192):
+            yield body[start : start + 8192]
+            await asyncio.sleep(0.02)
+
+    r = await http.post(
+        gateway.url + "/api/v1/messages", data=slow_client(), headers={**auth(), "Content-Type": "application/json"}
+    )
+    assert r.status == 200, await r.text()
+    assert fake_llm.requests[-1]["messages"][-1]["content"] == text
 
 
 async def test_idempotency_key_prevents_a_second_turn(
