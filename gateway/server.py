@@ -26,6 +26,29 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.json_response({"error": "internal error"}, status=500)
 
 
+class BodyTooLarge(Exception):
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"the request body is larger than {cap // 1024:,} KiB")
+        self.cap = cap
+
+
+async def read_body(request: web.Request, cap: int) -> bytes:
+    """The whole body, when it is at most `cap` bytes; BodyTooLarge otherwise. Routes whose bodies may
+    be larger than the app's client_max_size (sized for chat messages) read through this. One
+    read() returns what has arrived so far, so a body sent in pieces is read to its end."""
+    if request.content_length is not None and request.content_length > cap:
+        raise BodyTooLarge(cap)
+    raw = bytearray()
+    while len(raw) <= cap:
+        chunk = await request.content.read(cap + 1 - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    if len(raw) > cap:
+        raise BodyTooLarge(cap)
+    return bytes(raw)
+
+
 def build_app(max_body_bytes: int) -> web.Application:
     return web.Application(middlewares=[_errors], client_max_size=max_body_bytes)
 

@@ -12,11 +12,13 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from aiohttp import web
 
-from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, set_cookie
+from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, same_origin, set_cookie
 from gateway.console.service import ConsoleError, ConsoleService, MemoryQuery, Viewer
+from gateway.server import BodyTooLarge, read_body
 
 Handler = Callable[[web.Request, Viewer], Awaitable[Any]]
-MAX_JSON_BYTES = 256 * 1024
+# Room for the longest Memory.md (200,000 characters) even when every one is escaped.
+MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 @cache
@@ -82,11 +84,17 @@ def memory_query(params: Any) -> MemoryQuery:
     )
 
 
+class TooLarge(ConsoleError):
+    status = 413
+
+
 async def json_body(request: web.Request) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > MAX_JSON_BYTES:
-        raise ConsoleError("the request body is too large")
     try:
-        body = json.loads(await request.read() or b"null")
+        raw = await read_body(request, MAX_BODY_BYTES)
+    except BodyTooLarge as exc:
+        raise TooLarge(str(exc)) from None
+    try:
+        body = json.loads(raw or b"null")
     except (ValueError, UnicodeDecodeError):
         raise ConsoleError("the body must be JSON") from None
     if not isinstance(body, dict):
@@ -149,10 +157,14 @@ class ConsoleApi:
     # -- session ---------------------------------------------------------------------------------
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
+        # Signing in sets a cookie: another site must not sign a visitor into someone else's account
+        # (a cross-site form can post text/plain that parses as JSON, but cannot send application/json).
+        if request.content_type != "application/json" or not same_origin(request):
+            return error(403, "sign in with a JSON body (Content-Type: application/json) from this server's own pages")
         try:
             token = body_text(await json_body(request), "token", cap=4096)
         except ConsoleError as exc:
-            return error(400, str(exc))
+            return error(exc.status, str(exc))
         signed = await self.auth.sign_in(request, token)
         if signed is None:
             return error(401, "that token is not valid here (or too many tries: wait a minute)")

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import jinja2
 from aiohttp import web
 
-from gateway.console.api import memory_query, path_int
+from gateway.console.api import MAX_BODY_BYTES, memory_query, path_int
 from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, same_origin, set_cookie
 from gateway.console.service import (
     ACTION_ARGUMENT,
@@ -26,6 +26,7 @@ from gateway.console.service import (
     Invalid,
     Viewer,
 )
+from gateway.server import BodyTooLarge, read_body
 from memory.jobs import STATUSES
 from memory.model import MemoryClass, Provenance, ReviewStatus, ScopeKind
 
@@ -38,8 +39,6 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 STATIC_FILES = ("console.css", "console.js")
-# A form's body: room for the longest Memory.md (200,000 characters) even when percent-encoded.
-MAX_FORM_BYTES = 4 * 1024 * 1024
 MAX_FORM_FIELDS = 32
 
 # What a finished action says, by the code its redirect carries. Unknown codes say nothing.
@@ -144,27 +143,13 @@ def render(template: str, code: int = 200, **context: Any) -> web.Response:
     return web.Response(text=html, status=code, content_type="text/html", headers=SECURITY_HEADERS)
 
 
-class FormTooLarge(Exception):
-    pass
-
-
 async def read_form(request: web.Request) -> dict[str, str]:
-    """A posted form (application/x-www-form-urlencoded, as every console form is sent), read
-    under the console's own cap: the app's client_max_size is sized for chat messages, and a
-    Memory.md may be longer. Anything else posted reads as an empty form (and so fails CSRF)."""
+    """A posted form (application/x-www-form-urlencoded, as every console form is sent), read under
+    the console's own cap (BodyTooLarge past it). Anything else posted reads as an empty form (and
+    so fails CSRF)."""
     if request.content_type != "application/x-www-form-urlencoded":
         return {}
-    too_large = FormTooLarge(f"That is more than the console takes in one form ({MAX_FORM_BYTES // 1024 // 1024} MiB).")
-    if request.content_length is not None and request.content_length > MAX_FORM_BYTES:
-        raise too_large
-    raw = bytearray()
-    while len(raw) <= MAX_FORM_BYTES:
-        chunk = await request.content.read(MAX_FORM_BYTES + 1 - len(raw))
-        if not chunk:
-            break
-        raw += chunk
-    if len(raw) > MAX_FORM_BYTES:
-        raise too_large
+    raw = await read_body(request, MAX_BODY_BYTES)
     try:
         pairs = parse_qsl(raw.decode("ascii"), keep_blank_values=True, errors="replace", max_num_fields=MAX_FORM_FIELDS)
     except (UnicodeDecodeError, ValueError):
@@ -221,7 +206,7 @@ class ConsolePages:
             if request.method == "POST":
                 try:
                     form = await read_form(request)
-                except FormTooLarge as exc:
+                except BodyTooLarge as exc:
                     return render("error.html", 413, viewer=None, title="Too large", message=str(exc))
             back = console_path(form.get("back", ""))
             try:
@@ -253,7 +238,7 @@ class ConsolePages:
     async def login(self, request: web.Request) -> web.StreamResponse:
         try:
             posted = await read_form(request)
-        except FormTooLarge as exc:
+        except BodyTooLarge as exc:
             return render("login.html", 413, viewer=None, next="/console", error=str(exc))
         token = posted.get("token", "")[:4096]
         next_path = console_path(posted.get("next", ""))

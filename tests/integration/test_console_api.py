@@ -111,10 +111,23 @@ async def test_repeated_failed_sign_ins_are_throttled(gateway: Gateway, browser:
 
 
 async def test_malformed_sign_in_bodies_get_clear_errors(gateway: Gateway, http: aiohttp.ClientSession) -> None:
+    json_type = {"Content-Type": "application/json"}
     for body in (b"not json", b"[1]", b'{"token": 5}', b"{}"):
-        r = await http.post(gateway.url + API + "/session", data=body)
+        r = await http.post(gateway.url + API + "/session", data=body, headers=json_type)
         assert r.status == 400, body
         assert (await r.json())["error"]
+
+
+async def test_another_site_cannot_sign_a_visitor_in(gateway: Gateway, browser: aiohttp.ClientSession) -> None:
+    """Login CSRF: a cross-site form can post text/plain that parses as JSON, never application/json."""
+    body = f'{{"token": "{ALICE_TOKEN}"}}'.encode()
+    r = await browser.post(gateway.url + API + "/session", data=body, headers={"Content-Type": "text/plain"})
+    assert r.status == 403
+    r = await browser.post(
+        gateway.url + API + "/session", json={"token": ALICE_TOKEN}, headers={"Origin": "http://evil.example"}
+    )
+    assert r.status == 403
+    assert not any(c.key == "clawgate_console" for c in browser.cookie_jar)
 
 
 # -- CSRF ------------------------------------------------------------------------------------------

@@ -387,7 +387,7 @@ async def test_a_long_memory_md_fits_in_a_form(gateway: Gateway, client: aiohttp
     assert "Too long:" in body
 
     r = await post_form(client, gateway, "/console/core", {**form, "text": "x" * (5 * 1024 * 1024)})
-    assert r.status == 413 and "more than the console takes in one form" in await r.text()
+    assert r.status == 413 and "body is larger than 4,096 KiB" in await r.text()
 
 
 async def test_administrators_approve_pairing_and_retry_jobs(gateway: Gateway, client: aiohttp.ClientSession) -> None:
