@@ -755,14 +755,13 @@ class Browse:
     def where(self) -> builtins.list[ColumnElement[bool]]:
         c = memory_records.c
         own = f"{ScopeKind.PERSONAL.value}:{self.personal_of}" if self.personal_of is not None else None
-        where = [or_(c.scope.not_like(f"{ScopeKind.PERSONAL.value}:%"), c.scope == own)]
+        where = [or_(c.scope_kind != ScopeKind.PERSONAL.value, c.scope == own)]
         if not self.channels:
-            where.append(c.scope.not_like(f"{ScopeKind.CHANNEL.value}:%"))
+            where.append(c.scope_kind != ScopeKind.CHANNEL.value)
         if self.scope is not None:
             where.append(c.scope == str(self.scope))
         if self.scope_kind is not None:
-            kind = ScopeKind(self.scope_kind).value
-            where.append(c.scope == kind if kind == ScopeKind.GLOBAL.value else c.scope.like(f"{kind}:%"))
+            where.append(c.scope_kind == ScopeKind(self.scope_kind).value)
         if self.memory_class is not None:
             where.append(c.memory_class == MemoryClass(self.memory_class).value)
         if self.provenance is not None:

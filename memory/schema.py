@@ -238,6 +238,7 @@ memory_records = Table(
     Index("ix_memory_records_review_status", "review_status"),
     Index("ix_memory_records_expires_at", "expires_at"),
     Index("ix_memory_records_source", "source"),
+    Index("ix_memory_records_status_created", "status", "created_at", "seq"),  # newest first (the console)
 )
 
 # Every change to a record, with the whole record before and after: inspectable and undoable.

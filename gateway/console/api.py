@@ -203,7 +203,8 @@ class ConsoleApi:
         return await self.service.review(viewer, request.match_info["id"], action, arg)
 
     async def review_queue(self, request: web.Request, viewer: Viewer) -> Any:
-        return await self.service.review_queue(viewer, int_param(request, "limit", 50, 1, 200))
+        limit, offset = int_param(request, "limit", 50, 1, 200), int_param(request, "offset", 0, 0, 100_000)
+        return await self.service.review_queue(viewer, limit, offset)
 
     async def undo(self, request: web.Request, viewer: Viewer) -> Any:
         return await self.service.undo_revision(viewer, path_int(request, "id"))

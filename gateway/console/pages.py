@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import jinja2
 from aiohttp import web
 
-from gateway.console.api import MAX_BODY_BYTES, memory_query, path_int
+from gateway.console.api import MAX_BODY_BYTES, int_param, memory_query, path_int
 from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, same_origin, set_cookie
 from gateway.console.service import (
     ACTION_ARGUMENT,
@@ -40,6 +40,7 @@ SECURITY_HEADERS = {
 }
 STATIC_FILES = ("console.css", "console.js")
 MAX_FORM_FIELDS = 32
+REVIEW_PAGE = 50  # memories on one page of the review queue
 
 # What a finished action says, by the code its redirect carries. Unknown codes say nothing.
 NOTICES = {
@@ -157,6 +158,18 @@ async def read_form(request: web.Request) -> dict[str, str]:
     return dict(pairs)  # a repeated field keeps its last value
 
 
+def pager(request: web.Request, offset: int, limit: int, total: int) -> tuple[str | None, str | None]:
+    """Links to the previous and the next page of a list (None where there is none), keeping the
+    page's other query parameters."""
+    params = [(k, v) for k, v in request.query.items() if k not in ("offset", "done")]
+
+    def at(start: int) -> str:
+        return f"{request.path}?" + urlencode([*params, ("offset", str(start))])
+
+    previous = at(max(0, offset - limit)) if offset > 0 else None
+    return previous, (at(offset + limit) if offset + limit < total else None)
+
+
 def _notice(request: web.Request) -> str | None:
     return NOTICES.get(request.query.get("done", ""))
 
@@ -263,20 +276,23 @@ class ConsolePages:
 
     async def overview(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
         status = await self.service.status(viewer) if viewer.is_admin else None
-        queue = await self.service.review_queue(viewer, limit=200)
+        queue = await self.service.review_queue(viewer, limit=3)
         return render(
             "overview.html", viewer=viewer, status=status, queue=queue, active="overview", notice=_notice(request)
         )
 
     async def review_queue(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
-        queue = await self.service.review_queue(viewer, limit=100)
+        offset = int_param(request, "offset", 0, 0, 100_000)
+        queue = await self.service.review_queue(viewer, limit=REVIEW_PAGE, offset=offset)
         return render(
             "review.html",
             viewer=viewer,
             items=queue["items"],
+            total=queue["total"],
             active="review",
             notice=_notice(request),
-            back=request.path,
+            back=request.path_qs,
+            pages=pager(request, offset, REVIEW_PAGE, queue["total"]),
         )
 
     async def review(self, request: web.Request, viewer: Viewer, form: Mapping[str, str]) -> web.StreamResponse:
@@ -301,12 +317,6 @@ class ConsolePages:
         kinds = [k.value for k in ScopeKind if viewer.is_admin or k != ScopeKind.CHANNEL]
         if query.scope and query.scope not in kinds:
             kinds.append(query.scope)  # an exact scope, e.g. followed from a record's page
-        limit = query.limit
-        params = [(k, v) for k, v in request.query.items() if k not in ("offset", "done")]
-
-        def page_at(offset: int) -> str:
-            return "/console/memory?" + urlencode([*params, ("offset", str(offset))])
-
         return render(
             "memory.html",
             viewer=viewer,
@@ -321,8 +331,7 @@ class ConsolePages:
                 "review_status": [s.value for s in ReviewStatus],
                 "status": ["active", "superseded", "any"],
             },
-            previous=page_at(max(0, query.offset - limit)) if query.offset > 0 else None,
-            next=page_at(query.offset + limit) if query.offset + limit < found["total"] else None,
+            pages=pager(request, query.offset, query.limit, found["total"]),
         )
 
     async def memory_record(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:

@@ -298,9 +298,19 @@ class ConsoleService:
             policy.can_review(viewer.actor, revived)
         )
 
-    async def review_queue(self, viewer: Viewer, limit: int = 50) -> dict[str, Any]:
-        pending = await self.memory.pending(viewer.actor, self.where, limit=max(1, min(200, limit)))
-        return {"items": [record_json(r) for r in pending]}
+    async def review_queue(self, viewer: Viewer, limit: int = 50, offset: int = 0) -> dict[str, Any]:
+        """Pending records the viewer may review, newest first, and how many there are: their own
+        personal ones; for administrators every shared one too (never other people's personal ones)."""
+        scopes = None if viewer.is_admin else [Scope.personal(viewer.user_id)]
+        pending, total = await self.storage.records.browse(
+            Browse(personal_of=viewer.user_id, channels=viewer.is_admin),
+            scopes=scopes,
+            review_status=ReviewStatus.PENDING,
+            limit=max(1, min(200, limit)),
+            offset=max(0, offset),
+        )
+        items = [record_json(r) for r in pending if policy.can_review(viewer.actor, r)]
+        return {"total": total, "items": items}
 
     async def review(self, viewer: Viewer, record_id: str, action: str, arg: str = "") -> dict[str, Any]:
         """One review action (DESIGN §6); the record as it is afterwards (for supersede, the new one)."""

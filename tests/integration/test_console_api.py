@@ -487,3 +487,16 @@ async def test_traces_are_the_viewers_own(gateway: Gateway, fake_llm: FakeLLM, h
     for token in (BOB_TOKEN, ROOT_TOKEN):
         status, theirs = await get_json(http, gateway.url + API + "/traces?session=web:dm:alice", token)
         assert status == 200 and theirs["items"] == []
+
+
+async def test_the_review_queue_pages_and_counts(gateway: Gateway, http: aiohttp.ClientSession) -> None:
+    made = [await pending_global(gateway, f"Shared note number {i}") for i in range(3)]
+    mine = await personal(gateway, "alice", "My own pending note")
+    url = gateway.url + API + "/review"
+    status, first = await get_json(http, url + "?limit=2", ROOT_TOKEN)
+    assert status == 200 and first["total"] == 3 and len(first["items"]) == 2
+    status, rest = await get_json(http, url + "?limit=2&offset=2", ROOT_TOKEN)
+    assert status == 200 and len(rest["items"]) == 1
+    assert {i["id"] for i in first["items"] + rest["items"]} == {r.id for r in made}  # never alice's own
+    status, hers = await get_json(http, url, ALICE_TOKEN)
+    assert status == 200 and hers["total"] == 1 and [i["id"] for i in hers["items"]] == [mine.id]

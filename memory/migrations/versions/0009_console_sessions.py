@@ -1,4 +1,5 @@
-"""web console sign-ins: one row per browser session, found by the digest of its cookie
+"""web console sign-ins (one row per browser session, found by the digest of its cookie), and an
+index for listing memories newest first
 
 Revision ID: 0009
 Revises: 0008
@@ -30,8 +31,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id_digest", name=op.f("pk_console_sessions")),
     )
     op.create_index("ix_console_sessions_expires_at", "console_sessions", ["expires_at"])
+    op.create_index("ix_memory_records_status_created", "memory_records", ["status", "created_at", "seq"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_memory_records_status_created", table_name="memory_records")
     op.drop_index("ix_console_sessions_expires_at", table_name="console_sessions")
     op.drop_table("console_sessions")
