@@ -165,16 +165,7 @@ def run_revisions(args: argparse.Namespace, config: Config) -> int:
 
 
 def revision_json(rev: Revision, *, full: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": rev.id,
-        "record": rev.record_id,
-        "revision": rev.revision,
-        "action": rev.action,
-        "actor": rev.actor,
-        "at": rev.at.isoformat(),
-        "batch": rev.batch,
-        "note": rev.note,
-    }
+    out = rev.to_json()
     if full:
         out |= {"before": rev.before, "after": rev.after}
     return out

@@ -182,6 +182,19 @@ class Revision:
     id: int = 0  # the row's own id: how `clawgate memory revisions show|undo ID` names it
     batch: str | None = None  # shared by the revisions of one change of several records (a merge)
 
+    def to_json(self) -> dict[str, Any]:
+        """The revision without its snapshots, as `clawgate memory revisions` and the console show it."""
+        return {
+            "id": self.id,
+            "record": self.record_id,
+            "revision": self.revision,
+            "action": self.action,
+            "actor": self.actor,
+            "at": self.at.isoformat(),
+            "batch": self.batch,
+            "note": self.note,
+        }
+
 
 # --- pure helpers -------------------------------------------------------------------------------
 

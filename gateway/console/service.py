@@ -133,14 +133,7 @@ def revision_json(rev: Revision) -> dict[str, Any]:
         if k not in skip and rev.before is not None and before.get(k) != after.get(k)
     ]
     return {
-        "id": rev.id,
-        "record_id": rev.record_id,
-        "revision": rev.revision,
-        "action": rev.action,
-        "actor": rev.actor,
-        "at": rev.at.isoformat(),
-        "batch": rev.batch,
-        "note": rev.note,
+        **rev.to_json(),
         "changes": fields,
         "content_diff": word_diff(str(before.get("content", "")), str(after.get("content", "")))
         if rev.before is not None and before.get("content") != after.get("content")
