@@ -26,12 +26,12 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.memory_service import EVIDENCE_ONLY
 from gateway.recall import FOLLOW, WEIGH
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope
+from memory.model import MemoryClass, Provenance, ReviewStatus
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
 from tests.e2e.test_chat_browser import CHROMIUM_MISSING, REPO_ROOT, WAIT_MS, _chromium_missing, _launch_chromium
 from tests.fakes.llm import FakeLLM
+from tests.memories import make_memory
 
 pytestmark = pytest.mark.browser
 
@@ -124,27 +124,16 @@ async def test_console_in_a_browser(gateway: Gateway, fake_llm: FakeLLM) -> None
     assert storage is not None
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
-    def pending_global(text: str) -> Any:
-        return storage.records.create(
-            text,
-            memory_class=MemoryClass.EVIDENCE,
-            provenance=Provenance.INFERRED,
-            use_policy=EVIDENCE_ONLY,
-            scope=Scope.parse("global"),
-            author="agent:default",
-            review_status=ReviewStatus.PENDING,
-        )
-
-    fact = await pending_global(GLOBAL_FACT)
-    other = await pending_global("Release notes are written on Fridays")
-    bike = await storage.records.create(
+    fact = await make_memory(storage, GLOBAL_FACT, author="agent:default")
+    other = await make_memory(storage, "Release notes are written on Fridays", author="agent:default")
+    bike = await make_memory(
+        storage,
         BIKE,
+        "personal:alice",
+        pending=False,
         memory_class=MemoryClass.DURABLE_FACT,
         provenance=Provenance.USER_CONFIRMED,
-        use_policy=EVIDENCE_ONLY,
-        scope=Scope.personal("alice"),
         author="alice",
-        review_status=ReviewStatus.NONE,
     )
     # Something for the administrators' pages to show: a pairing request and a dead job.
     await storage.pairing.request("telegram:4242", "telegram", "Carol")

@@ -15,6 +15,7 @@ from gateway.memory_service import EVIDENCE_ONLY
 from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
 from tests.fakes.llm import FakeLLM, Reply
+from tests.memories import make_memory
 
 API = "/api/v1"
 
@@ -33,29 +34,13 @@ async def sign_in(client: aiohttp.ClientSession, gw: Gateway, token: str = ALICE
 
 
 async def pending_global(gw: Gateway, text: str = "Deploys happen on Tuesdays") -> MemoryRecord:
-    assert gw.storage is not None
-    return await gw.storage.records.create(
-        text,
-        memory_class=MemoryClass.EVIDENCE,
-        provenance=Provenance.INFERRED,
-        use_policy=EVIDENCE_ONLY,
-        scope=Scope.parse("global"),
-        author="assistant",
-        review_status=ReviewStatus.PENDING,
-    )
+    return await make_memory(gw.storage, text)
 
 
 async def personal(gw: Gateway, user: str, text: str) -> MemoryRecord:
-    assert gw.storage is not None
-    return await gw.storage.records.create(
-        text,
-        memory_class=MemoryClass.DURABLE_FACT,
-        provenance=Provenance.USER_CONFIRMED,
-        use_policy=EVIDENCE_ONLY,
-        scope=Scope.personal(user),
-        author=user,
-        review_status=ReviewStatus.PENDING,
-    )
+    """A person's own memory, pending their confirmation."""
+    kind = {"memory_class": MemoryClass.DURABLE_FACT, "provenance": Provenance.USER_CONFIRMED}
+    return await make_memory(gw.storage, text, f"personal:{user}", author=user, **kind)
 
 
 async def get_json(http: aiohttp.ClientSession, url: str, token: str | None = None) -> tuple[int, Any]:

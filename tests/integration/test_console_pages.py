@@ -15,9 +15,9 @@ from yarl import URL
 
 from gateway.app import Gateway
 from gateway.console.pages import console_path, with_notice
-from gateway.memory_service import EVIDENCE_ONLY
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
+from memory.model import MemoryRecord, Provenance, ReviewStatus
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN
+from tests.memories import make_memory
 
 USER_PAGES = ["/console", "/console/review", "/console/memory", "/console/traces", "/console/core"]
 ADMIN_PAGES = ["/console/users", "/console/jobs"]
@@ -52,23 +52,9 @@ async def post_form(
 
 
 async def record(
-    gw: Gateway,
-    text: str,
-    scope: str = "global",
-    *,
-    pending: bool = True,
-    provenance: Provenance = Provenance.INFERRED,
+    gw: Gateway, text: str, scope: str = "global", *, pending: bool = True, provenance: Provenance = Provenance.INFERRED
 ) -> MemoryRecord:
-    assert gw.storage is not None
-    return await gw.storage.records.create(
-        text,
-        memory_class=MemoryClass.EVIDENCE,
-        provenance=provenance,
-        use_policy=EVIDENCE_ONLY,
-        scope=Scope.parse(scope),
-        author="assistant",
-        review_status=ReviewStatus.PENDING if pending else ReviewStatus.NONE,
-    )
+    return await make_memory(gw.storage, text, scope, pending=pending, provenance=provenance)
 
 
 def text_of(page_html: str) -> str:
