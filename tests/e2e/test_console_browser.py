@@ -74,7 +74,27 @@ async def person(browser: Any, gw: Gateway, width: int = 1100) -> AsyncIterator[
         await context.close()
 
 
+# Basic accessibility of a rendered page, checked in the browser (what a screen reader announces):
+# a language, one h1 and no skipped heading level, a name for every control and link, alt text.
+A11Y_PROBLEMS = """() => {
+  const problems = [];
+  if (!document.documentElement.lang) problems.push("html has no lang");
+  const levels = [...document.querySelectorAll("h1,h2,h3,h4,h5,h6")].map(h => +h.tagName[1]);
+  if (levels.filter(l => l === 1).length !== 1) problems.push("not exactly one h1");
+  levels.forEach((l, i) => { if (i && l > levels[i - 1] + 1) problems.push("heading level skipped: h" + l); });
+  const named = el => (el.labels && el.labels.length) || el.getAttribute("aria-label")
+    || el.getAttribute("aria-labelledby") || (el.textContent || "").trim() || el.value;
+  for (const el of document.querySelectorAll("input:not([type=hidden]),textarea,select,button,a[href]")) {
+    if (!named(el)) problems.push("no accessible name: " + el.outerHTML.slice(0, 80));
+  }
+  for (const img of document.querySelectorAll("img:not([alt])")) problems.push("img without alt");
+  return problems;
+}"""
+
+
 async def shot(tab: Watched, name: str) -> None:
+    """A screenshot of the whole page as an artifact, after checking the page's basic accessibility."""
+    assert await tab.page.evaluate(A11Y_PROBLEMS) == [], name
     path = SCREENSHOTS / f"console-{name}.png"
     await tab.page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 0
