@@ -40,6 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     pairing_sub.add_parser("list", help="list pending pairing requests")
     approve = pairing_sub.add_parser("approve", help="approve a pairing code")
     approve.add_argument("code")
+    backup = sub.add_parser(
+        "backup",
+        help="write the database and the memory files to one archive (the gateway may keep running)",
+    )
+    backup.add_argument(
+        "--output", type=Path, default=None, help="the archive (default: ./clawgate-backup-<time>.tar.gz)"
+    )
+    restore = sub.add_parser(
+        "restore",
+        help="put a backup in place (stop the gateway first); existing data is moved aside, never deleted",
+    )
+    restore.add_argument("archive", type=Path)
+    restore.add_argument(
+        "--force", action="store_true", help="replace existing data (it is kept in before-restore-<time>/)"
+    )
     cli_memory.add_parsers(sub)
     cli_status.add_parsers(sub)
     return p
@@ -99,6 +114,34 @@ def cmd_pairing(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from gateway import backup
+
+    try:
+        config = load_config(_config_path(args))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        if args.command == "backup":
+            made = backup.backup(config, args.output)
+            print(
+                f"wrote {made.path}: the database (schema {made.schema_revision or 'unknown'}, "
+                f"{made.database_bytes:,} bytes) and {made.memory_files} memory files"
+            )
+            return 0
+        done, aside = backup.restore(config, args.archive, force=args.force)
+    except backup.BackupError as exc:
+        print(f"clawgate {args.command}: {exc}", file=sys.stderr)
+        return 1
+    schema = done.schema_revision or "unknown"
+    print(f"restored {done.path}: the database (schema {schema}) and {done.memory_files} memory files")
+    if aside is not None:
+        print(f"what was there before is in {aside}")
+    print("start the gateway: it brings an older schema up to date by itself")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gateway.app import Gateway
 
@@ -132,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_doctor(args)
     if args.command == "pairing" and args.pairing_command in ("list", "approve"):
         return cmd_pairing(args)
+    if args.command in ("backup", "restore"):
+        return cmd_backup(args)
     if args.command == "memory":
         return cli_memory.run(args, _config_path(args))
     if args.command in ("status", "jobs"):

@@ -184,22 +184,10 @@ def _scrub(text: str, url: str) -> str:
     return text.replace(secret, "***") if secret else text
 
 
-def _revisions() -> set[str]:
-    """Every schema revision this version of clawgate knows."""
-    from alembic.config import Config as AlembicConfig
-    from alembic.script import ScriptDirectory
-
-    from memory.db import MIGRATIONS
-
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    return {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
-
-
 async def check_database(ctx: Context) -> Result:
     from sqlalchemy import make_url
 
-    from memory.db import Database
+    from memory.db import Database, known_revisions
 
     url = ctx.config().storage.resolved_database_url
     shown = mask_url(url)
@@ -235,7 +223,7 @@ async def check_database(ctx: Context) -> Result:
     if current is None:
         ctx.lack("database", "the database has no schema yet")
         return Result("warn", f"{shown}: no schema yet (no migration applied)", START_ONCE, data=data)
-    if current not in _revisions():
+    if current not in known_revisions():
         ctx.lack("database", "the database has a schema this clawgate does not know")
         return Result(
             "fail",

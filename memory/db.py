@@ -60,6 +60,13 @@ def _alembic_config(connection: Connection | None = None) -> Any:
     return cfg
 
 
+def known_revisions() -> set[str]:
+    """Every schema revision this version of clawgate knows."""
+    from alembic.script import ScriptDirectory
+
+    return {rev.revision for rev in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
+
+
 def _upgrade(connection: Connection) -> None:
     from alembic import command
 
