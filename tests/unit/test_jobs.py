@@ -1,4 +1,5 @@
-"""The job queue over real SQLite (both database runners) and the runner that works through it:
+"""The job queue over real SQLite (both database runners) and a real PostgreSQL (claims with
+SKIP LOCKED), and the runner that works through it:
 order and one-at-a-time per key, leases that run out, retries with backoff, dead letters, dedupe."""
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ from gateway.events import utcnow
 from gateway.jobs import JobFailed, JobRunner
 from memory.db import Database, Runner
 from memory.jobs import DEAD, DONE, PENDING, RUNNING, Job, JobStore, retry_delay
+from tests.postgres import fresh_database_url
 
 LEASE = timedelta(minutes=5)
 
 
-@pytest.fixture(params=["thread", "async"])
+@pytest.fixture(params=["thread", "async", "postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobStore]:
-    runner: Runner = request.param
-    prefix = "sqlite" if runner == "thread" else "sqlite+aiosqlite"
-    db = Database(f"{prefix}:///{tmp_path / 'jobs.db'}", runner=runner)
+    if request.param == "postgres":
+        db = Database(fresh_database_url())
+    else:
+        runner: Runner = request.param
+        prefix = "sqlite" if runner == "thread" else "sqlite+aiosqlite"
+        db = Database(f"{prefix}:///{tmp_path / 'jobs.db'}", runner=runner)
     await db.migrate()
     yield JobStore(db)
     await db.close()

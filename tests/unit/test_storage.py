@@ -1,5 +1,6 @@
-"""Database runners and the stores on them, over real SQLite files: the thread runner (pysqlite on
-one dedicated thread) and the async runner (SQLAlchemy async over aiosqlite, the PostgreSQL path)."""
+"""Database runners and the stores on them, over real SQLite files (the thread runner: pysqlite on one
+dedicated thread; the async runner: SQLAlchemy async over aiosqlite) and over a real PostgreSQL with
+pgvector that the tests start themselves (tests/postgres.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,18 @@ from memory.db import Database, DatabaseClosed, Runner
 from memory.schema import users
 from memory.sessions import Message
 from memory.storage import Storage
+from tests.postgres import fresh_database_url
 
 URLS: dict[Runner, str] = {"thread": "sqlite:///{}", "async": "sqlite+aiosqlite:///{}"}
 
 
-@pytest.fixture(params=["thread", "async"])
+@pytest.fixture(params=["thread", "async", "postgres"])
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    runner: Runner = request.param
-    database = Database(URLS[runner].format(tmp_path / "data" / "t.db"), runner=runner)
+    if request.param == "postgres":
+        database = Database(fresh_database_url())
+    else:
+        runner: Runner = request.param
+        database = Database(URLS[runner].format(tmp_path / "data" / "t.db"), runner=runner)
     await database.migrate()
     yield database
     await database.close()
