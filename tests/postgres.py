@@ -56,3 +56,11 @@ def fresh_database_url() -> str:
     url = make_url(server.get_uri()).set(drivername="postgresql+asyncpg", database=name)
     server.psql(f"\\c {name}\nCREATE EXTENSION IF NOT EXISTS vector;")
     return url.render_as_string(hide_password=False)
+
+
+BACKENDS = ("sqlite", "postgres")  # fixture params for the storage tests that run on both
+
+
+def database_url(backend: str, tmp_path: Path) -> str:
+    """A new database of `backend`: a SQLite file under `tmp_path`, or a fresh PostgreSQL database."""
+    return fresh_database_url() if backend == "postgres" else f"sqlite:///{tmp_path}/t.db"

@@ -23,6 +23,7 @@ from memory.presets import (
     validate,
 )
 from memory.storage import Storage
+from tests.postgres import BACKENDS, database_url
 
 SECRET = "sk-proj-" + "Q9w8E7r6" * 6
 CTX = ToolContext(user_id="alice", session_key="web:alice", timezone="UTC")
@@ -91,9 +92,9 @@ def test_the_chat_command_shape() -> None:
 # --- the store -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
-    s = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+@pytest.fixture(params=BACKENDS)
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    s = await Storage.open(database_url(request.param, tmp_path))
     yield s
     await s.close()
 

@@ -50,7 +50,7 @@ from memory.records import (
 )
 from memory.schema import archived_messages, memory_records, memory_revisions, metadata, sessions
 from memory.storage import Storage
-from tests.postgres import fresh_database_url
+from tests.postgres import BACKENDS, database_url
 from tests.unit.test_archive import cjk_consistent
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -96,10 +96,9 @@ class Records:
         return [record.id for record, _ in hits]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=BACKENDS)
 async def records(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Records]:
-    url = fresh_database_url() if request.param == "postgres" else f"sqlite:///{tmp_path}/t.db"
-    storage = await Storage.open(url)
+    storage = await Storage.open(database_url(request.param, tmp_path))
     try:
         yield Records(storage)
     finally:

@@ -26,6 +26,7 @@ from memory.model import (
 from memory.records import RecordNotFound, RecordStore, StaleRevision, snapshot
 from memory.revisions import Change, NotUndoable, RevisionLog, RevisionNotFound
 from memory.storage import Storage
+from tests.postgres import BACKENDS, database_url
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ALICE = Scope.personal("alice")
@@ -57,9 +58,9 @@ class Store:
         )
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    storage = await Storage.open(database_url(request.param, tmp_path))
     try:
         yield Store(storage)
     finally:

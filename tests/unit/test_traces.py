@@ -33,6 +33,7 @@ from memory.traces import (
     Written,
     keep,
 )
+from tests.postgres import BACKENDS, database_url
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 CONFIRMED = UsePolicy(can_use_as_instruction=True, requires_user_confirmation=False)
@@ -133,9 +134,9 @@ def test_a_line_cut_out_of_the_only_section_is_not_used() -> None:
 # --- the store ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
-    s = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+@pytest.fixture(params=BACKENDS)
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    s = await Storage.open(database_url(request.param, tmp_path))
     yield s
     await s.close()
 
