@@ -59,12 +59,16 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.engine import Connection, Row
 
 from memory.archive import (
+    CJK_CHARS,
+    TRIGRAM,
     CjkQuery,
     fts_expression,
     indexed_count,
     informative_terms,
+    merge_hits,
     porter_and_trigram,
     query_terms,
+    split_cjk,
 )
 from memory.db import Database
 from memory.model import (
@@ -716,25 +720,69 @@ def _matches_at_least(conn: Connection, fts_table: str, expression: str, n: int)
 
 
 def search_like(
-    conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
+    conn: Connection,
+    terms: Sequence[str],
+    scopes: Sequence[str],
+    include_projects: bool,
+    limit: int,
+    now: datetime,
+    *also: ColumnElement[bool],
 ) -> builtins.list[tuple[MemoryRecord, float]]:
-    """Any database: `lower(content) LIKE %term%`, scored by how many terms match; no stemming."""
+    """Any database: `lower(content) LIKE %term%`, scored by how many terms match; no stemming.
+    `also`: more conditions (PostgreSQL's CJK leg narrows to the records with CJK text)."""
     content = func.lower(memory_records.c.content)
     matched = [content.contains(t, autoescape=True) for t in terms]
     score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
     rows = conn.execute(
         select(memory_records, score)
-        .where(or_(*matched), *_searchable(scopes, include_projects, now))
+        .where(or_(*matched), *_searchable(scopes, include_projects, now), *also)
         .order_by(score.desc(), memory_records.c.seq.desc())
         .limit(limit)
     ).all()
     return [(_record(r), float(r.score)) for r in rows]
 
 
+# The text search configuration of the query: the one migration 0010's `words` column is made with.
+PG_LANGUAGE = "english"
+PG_LIKE_FULL_MATCH = 0.1
+
+
+def search_pg(
+    conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
+) -> builtins.list[tuple[MemoryRecord, float]]:
+    """PostgreSQL: its full-text search (English stemming and stop words), any term matching, ranked
+    by ts_rank, newest first on ties; CJK runs, which it does not split into words, by LIKE."""
+    words, runs = split_cjk(terms)
+    found: builtins.list[builtins.list[tuple[MemoryRecord, float]]] = []
+    if words:
+        # Terms are letters and digits only (archive.query_terms): nothing in them is tsquery syntax.
+        query = func.to_tsquery(PG_LANGUAGE, " | ".join(words))
+        vector: ColumnElement[Any] = literal_column("memory_records.words")  # PostgreSQL only: migration 0010
+        rank = func.ts_rank(vector, query).label("rank")
+        rows = conn.execute(
+            select(memory_records, rank)
+            .where(vector.op("@@")(query), *_searchable(scopes, include_projects, now))
+            .order_by(rank.desc(), memory_records.c.seq.desc())
+            .limit(limit)
+        ).all()
+        found.append([(_record(r), float(r.rank)) for r in rows])
+    # CJK runs, and words inside CJK text ("Tokyo" in "我在Tokyo工作"), by LIKE over the records that
+    # hold CJK letters only: the predicate is the one migration 0010's partial index is built on.
+    cjk_text: ColumnElement[bool] = literal_column(f"content ~ '[{CJK_CHARS}]'")
+    needles = runs + [w for w in words if len(w) >= TRIGRAM]
+    if needles:
+        hits = search_like(conn, needles, scopes, include_projects, limit, now, cjk_text)
+        # On ts_rank's scale (about 0.1 for a text that holds every word of the query once): a
+        # share of the needles found, so that neither leg outranks the other by its units alone.
+        found.append([(r, PG_LIKE_FULL_MATCH * n / len(needles)) for r, n in hits])
+    return merge_hits(found, lambda r: r.id, limit)
+
+
 def search_in(
     conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
 ) -> builtins.list[tuple[MemoryRecord, float]]:
-    run = search_fts if conn.dialect.name == "sqlite" else search_like
+    dialect = conn.dialect.name
+    run = search_fts if dialect == "sqlite" else search_pg if dialect == "postgresql" else search_like
     return run(conn, terms, scopes, include_projects, limit, now)
 
 
