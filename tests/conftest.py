@@ -25,6 +25,14 @@ BOB_TOKEN = "bob-token-0123456789ab"
 ROOT_TOKEN = "root-token-0123456789"
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # The PostgreSQL server some storage tests started (tests/postgres.py), stopped while pytest's
+    # output is still open (at interpreter exit its log lines would meet closed streams).
+    from tests import postgres
+
+    postgres.stop()
+
+
 @pytest.fixture
 async def fake_llm() -> AsyncIterator[FakeLLM]:
     fake = await FakeLLM().start()

