@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway import __version__, cli_memory, cli_status
-from gateway.config_load import ConfigError, default_config_path, load_config
+from gateway.cli_common import load_or_report
+from gateway.config_load import default_config_path
 
 if TYPE_CHECKING:
     pass
@@ -66,10 +67,8 @@ def _config_path(args: argparse.Namespace) -> Path:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     path = _config_path(args)
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config = load_or_report(path)
+    if config is None:
         return 2
     from gateway.doctor import config_summary
 
@@ -86,10 +85,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_pairing(args: argparse.Namespace) -> int:
     from memory.storage import Storage
 
-    try:
-        config = load_config(_config_path(args))
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config = load_or_report(_config_path(args))
+    if config is None:
         return 2
 
     async def run() -> int:
@@ -117,10 +114,8 @@ def cmd_pairing(args: argparse.Namespace) -> int:
 def cmd_backup(args: argparse.Namespace) -> int:
     from gateway import backup
 
-    try:
-        config = load_config(_config_path(args))
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config = load_or_report(_config_path(args))
+    if config is None:
         return 2
     try:
         if args.command == "backup":
@@ -146,10 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gateway.app import Gateway
 
     path = _config_path(args)
-    try:
-        config = load_config(path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config = load_or_report(path)
+    if config is None:
         print("The gateway did not start. Fix the problems above (clawgate config check).", file=sys.stderr)
         return 2
     gateway = Gateway(config)

@@ -1,17 +1,30 @@
-"""What several `clawgate` subcommands share: the database for one command and a memory record as
-JSON."""
+"""What several `clawgate` subcommands share: the config (every problem reported), the database for
+one command and a memory record as JSON."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import Config
+from gateway.config_load import ConfigError, load_config
 
 if TYPE_CHECKING:
     from memory.storage import Storage
+
+
+def load_or_report(path: Path) -> Config | None:
+    """The config at `path`; None after every problem was printed on stderr (the command then exits
+    with 2, the code for a config that did not load)."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return None
 
 
 def with_storage(config: Config, work: Callable[[Storage], Coroutine[Any, Any, int]]) -> int:

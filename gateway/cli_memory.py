@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gateway import cli_consolidate, cli_search, cli_trace
-from gateway.cli_common import record_json, with_storage
+from gateway.cli_common import load_or_report, record_json, with_storage
 from gateway.config import Config
-from gateway.config_load import ConfigError, load_config
 from gateway.recall import embedder_from_config
 
 if TYPE_CHECKING:
@@ -75,10 +74,8 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config = load_or_report(config_path)
+    if config is None:
         return 2
     return handler(args, config)
 

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.cli_common import with_storage
-from gateway.config_load import ConfigError, load_config
+from gateway.cli_common import load_or_report, with_storage
 from memory.jobs import DEAD, STATUSES, Job
 from memory.model import ReviewStatus
 
@@ -38,10 +37,8 @@ def _line(job: Job) -> str:
 
 
 def run(args: argparse.Namespace, config_path: Path) -> int:
-    try:
-        config = load_config(config_path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config = load_or_report(config_path)
+    if config is None:
         return 2
     if args.command == "status":
 
