@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -31,8 +31,9 @@ def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-def int_param(request: web.Request, name: str, default: int, low: int = 0, high: int = 10_000) -> int:
-    raw = request.query.get(name)
+def int_param(params: Mapping[str, str], name: str, default: int, low: int = 0, high: int = 10_000) -> int:
+    """A whole-number query parameter; empty or missing means `default` (as a form sends it)."""
+    raw = params.get(name)
     if raw is None or raw == "":
         return default
     try:
@@ -54,22 +55,12 @@ def path_int(request: web.Request, name: str) -> int:
     return value
 
 
-def memory_query(params: Any) -> MemoryQuery:
+def memory_query(params: Mapping[str, str]) -> MemoryQuery:
     """The memory browser's filters from a query string (the API's and the page's)."""
 
     def text(name: str, default: str = "", cap: int = 200) -> str:
         value = params.get(name, default)
         return str(value)[:cap]
-
-    def number(name: str, default: int, high: int) -> int:
-        raw = params.get(name) or ""
-        try:
-            value = int(raw) if raw else default
-        except ValueError:
-            raise ConsoleError(f"{name} must be a whole number") from None
-        if not 0 <= value <= high:
-            raise ConsoleError(f"{name} must be between 0 and {high}")
-        return value
 
     return MemoryQuery(
         q=text("q", cap=1000),
@@ -79,8 +70,8 @@ def memory_query(params: Any) -> MemoryQuery:
         review_status=text("review_status"),
         status=text("status", "active") or "active",
         expiring=text("expiring") in ("1", "true", "on", "yes"),
-        limit=number("limit", 50, 200) or 50,
-        offset=number("offset", 0, 100_000),
+        limit=int_param(params, "limit", 50, 0, 200) or 50,
+        offset=int_param(params, "offset", 0, 0, 100_000),
     )
 
 
@@ -203,7 +194,7 @@ class ConsoleApi:
         return await self.service.review(viewer, request.match_info["id"], action, arg)
 
     async def review_queue(self, request: web.Request, viewer: Viewer) -> Any:
-        limit, offset = int_param(request, "limit", 50, 1, 200), int_param(request, "offset", 0, 0, 100_000)
+        limit, offset = int_param(request.query, "limit", 50, 1, 200), int_param(request.query, "offset", 0, 0, 100_000)
         return await self.service.review_queue(viewer, limit, offset)
 
     async def undo(self, request: web.Request, viewer: Viewer) -> Any:
@@ -211,7 +202,7 @@ class ConsoleApi:
 
     async def traces(self, request: web.Request, viewer: Viewer) -> Any:
         session = request.query.get("session", "")[:512]
-        return await self.service.traces(viewer, session, int_param(request, "limit", 20, 1, 50))
+        return await self.service.traces(viewer, session, int_param(request.query, "limit", 20, 1, 50))
 
     async def core(self, request: web.Request, viewer: Viewer) -> Any:
         return self.service.core_file(viewer, request.match_info["which"])
@@ -228,7 +219,7 @@ class ConsoleApi:
         return await self.service.status(viewer)
 
     async def users(self, request: web.Request, viewer: Viewer) -> Any:
-        return await self.service.users(viewer, int_param(request, "limit", 200, 1, 1000))
+        return await self.service.users(viewer, int_param(request.query, "limit", 200, 1, 1000))
 
     async def pairing(self, _request: web.Request, viewer: Viewer) -> Any:
         return await self.service.pairing(viewer)
@@ -239,7 +230,7 @@ class ConsoleApi:
     async def jobs(self, request: web.Request, viewer: Viewer) -> Any:
         status = request.query.get("status", "")[:16]
         kind = request.query.get("kind", "")[:64]
-        return await self.service.jobs(viewer, status, kind, int_param(request, "limit", 50, 1, 200))
+        return await self.service.jobs(viewer, status, kind, int_param(request.query, "limit", 50, 1, 200))
 
     async def retry(self, request: web.Request, viewer: Viewer) -> Any:
         return await self.service.retry_job(viewer, path_int(request, "id"))

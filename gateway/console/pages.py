@@ -282,7 +282,7 @@ class ConsolePages:
         )
 
     async def review_queue(self, request: web.Request, viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:
-        offset = int_param(request, "offset", 0, 0, 100_000)
+        offset = int_param(request.query, "offset", 0, 0, 100_000)
         queue = await self.service.review_queue(viewer, limit=REVIEW_PAGE, offset=offset)
         return render(
             "review.html",
