@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gateway.app import Gateway
-from gateway.config_load import parse_config
 from tests.fakes.llm import FakeLLM, Gate, Reply
 from tests.fakes.telegram import FakeTelegram
+from tests.telegram_world import telegram_world
 from tests.waits import until
 
 ADMIN = 9
@@ -22,38 +22,10 @@ STRANGER = 1001
 async def tg_world(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Gateway, FakeTelegram, FakeLLM]]:
+    users = {"root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]}}
     session = getattr(request, "param", {})
-    llm = await FakeLLM().start()
-    tg = await FakeTelegram().start()
-    config = parse_config(
-        {
-            "ai": {"model": "openai/fake-model", "api_base": llm.api_base, "api_key": "sk-test-0000000000000"},
-            "storage": {"data_dir": str(tmp_path / "data")},
-            "channels": {
-                "web": {"port": 0},
-                "telegram": {
-                    "token": tg.token,
-                    "api_base_url": tg.api_base_url,
-                    "poll_timeout": 1,
-                    "request_timeout": 2,
-                    "max_message_chars": 500,
-                },
-            },
-            "users": {"root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]}},
-            "session": session,
-        },
-        "t",
-        env={},
-    )
-    gw = Gateway(config)
-    await gw.start()
-    await gw.llm.ready()
-    try:
-        yield gw, tg, llm
-    finally:
-        await gw.stop(deadline=1)
-        await tg.stop()
-        await llm.stop()
+    async with telegram_world(tmp_path, users, telegram={"max_message_chars": 500}, session=session) as world:
+        yield world
 
 
 def texts_to(tg: FakeTelegram, chat_id: int) -> list[str]:

@@ -20,7 +20,6 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.config_load import parse_config
 from gateway.events import utcnow
 from gateway.formation import KIND
 from gateway.session_memory import FLUSH_INSTRUCTIONS
@@ -32,6 +31,7 @@ from memory.sessions import Message
 from tests.conftest import auth
 from tests.fakes.llm import Behavior, Fail, FakeLLM, Reply, echo
 from tests.fakes.telegram import FakeTelegram
+from tests.telegram_world import telegram_world
 from tests.waits import until
 
 WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "  # 20 tokens
@@ -148,38 +148,12 @@ STRANGER = 1001
 
 @pytest.fixture
 async def tg_world(tmp_path: Path) -> AsyncIterator[tuple[Gateway, FakeTelegram, FakeLLM]]:
-    llm = await FakeLLM().start()
-    tg = await FakeTelegram().start()
-    config = parse_config(
-        {
-            "ai": {"model": "openai/fake-model", "api_base": llm.api_base, "api_key": "sk-test-0000000000000"},
-            "storage": {"data_dir": str(tmp_path / "data")},
-            "channels": {
-                "web": {"port": 0},
-                "telegram": {
-                    "token": tg.token,
-                    "api_base_url": tg.api_base_url,
-                    "poll_timeout": 1,
-                    "request_timeout": 2,
-                },
-            },
-            "users": {
-                "root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]},
-                "alice": {"roles": ["user"], "identities": [f"telegram:{ALICE}"]},
-            },
-        },
-        "t",
-        env={},
-    )
-    gw = Gateway(config)
-    await gw.start()
-    await gw.llm.ready()
-    try:
-        yield gw, tg, llm
-    finally:
-        await gw.stop(deadline=1)
-        await tg.stop()
-        await llm.stop()
+    users = {
+        "root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]},
+        "alice": {"roles": ["user"], "identities": [f"telegram:{ALICE}"]},
+    }
+    async with telegram_world(tmp_path, users) as world:
+        yield world
 
 
 async def test_a_group_forms_only_attributed_expiring_channel_evidence(
