@@ -100,3 +100,10 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 def auth(token: str = ALICE_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+async def say(http: aiohttp.ClientSession, gw: Gateway, text: str, token: str = ALICE_TOKEN) -> str:
+    """One message through the REST API (as alice unless `token` says otherwise); the reply."""
+    r = await http.post(gw.url + "/api/v1/messages", json={"text": text}, headers=auth(token))
+    assert r.status == 200, await r.text()
+    return str((await r.json())["reply"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from gateway.memory_service import EVIDENCE_ONLY
 from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
 from memory.storage import Storage
@@ -29,3 +31,10 @@ async def make_memory(
         author=author,
         review_status=ReviewStatus.PENDING if pending else ReviewStatus.NONE,
     )
+
+
+def memory_id(reply: str) -> str:
+    """The memory id a chat reply names (`/remember` answers "Remembered as mem-… (scope).")."""
+    m = re.search(r"mem-[a-z0-9]+", reply)
+    assert m, reply
+    return m.group(0)

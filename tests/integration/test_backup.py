@@ -16,14 +16,14 @@ import pytest
 from gateway import backup
 from gateway.app import Gateway
 from tests.cli import run_cli
-from tests.conftest import ALICE_TOKEN, auth, make_config
+from tests.conftest import ALICE_TOKEN, auth, make_config, say
 from tests.fakes.llm import FakeLLM, Reply
+from tests.memories import memory_id
 
 
 async def _fill(gw: Gateway, http: aiohttp.ClientSession) -> str:
     """A memory, a personal Memory.md and a daily note; the memory's id."""
-    r = await http.post(gw.url + "/api/v1/messages", json={"text": "/remember my locker is 42"}, headers=auth())
-    record_id = str((await r.json())["reply"].split()[2])
+    record_id = memory_id(await say(http, gw, "/remember my locker is 42"))
     core = await (await http.get(gw.url + "/api/v1/core/personal", headers=auth())).json()
     r = await http.put(
         gw.url + "/api/v1/core/personal", json={"text": "Call me Ali.", "etag": core["etag"]}, headers=auth()

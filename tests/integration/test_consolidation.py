@@ -34,10 +34,9 @@ from memory.revisions import RevisionLog
 from memory.schema import daily_chunks, memory_records
 from memory.storage import Storage
 from tests.cli import run_cli
-from tests.conftest import ALICE_TOKEN, auth
+from tests.conftest import ALICE_TOKEN, ROOT_TOKEN, auth
 from tests.fakes.llm import Behavior, FakeLLM, Reply, ToolCall, echo
 
-ROOT_TOKEN = "root-token-0123456789"
 API_KEY = "sk-test-not-a-real-key-000000"  # the configured ai.api_key: a secret
 CONFIRMED = UsePolicy(can_use_as_instruction=True, requires_user_confirmation=False)
 UNCONFIRMED = UsePolicy(can_use_as_instruction=False, requires_user_confirmation=True)

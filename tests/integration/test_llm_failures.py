@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from tests.conftest import auth
+from tests.conftest import say
 from tests.fakes.llm import BreakStream, Fail, FakeLLM, Hang, Reply
 
 
@@ -21,12 +21,6 @@ def gateway_factory(request: pytest.FixtureRequest, gateway_factory: Callable[..
         return await gateway_factory(fake, **overrides)
 
     return factory
-
-
-async def say(http: aiohttp.ClientSession, gw: Gateway, text: str) -> str:
-    r = await http.post(gw.url + "/api/v1/messages", json={"text": text}, headers=auth())
-    assert r.status == 200, await r.text()
-    return str((await r.json())["reply"])
 
 
 def models_called(fake: FakeLLM) -> list[str]:

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import aiohttp
 
 from gateway.app import Gateway
-from tests.conftest import BOB_TOKEN, auth
+from tests.conftest import BOB_TOKEN, ROOT_TOKEN, say
 from tests.fakes.llm import FakeLLM
-
-ROOT_TOKEN = "root-token-0123456789"
-
-
-async def say(http: aiohttp.ClientSession, gw: Gateway, text: str, token: str | None = None) -> str:
-    r = await http.post(gw.url + "/api/v1/messages", json={"text": text}, headers=auth(token) if token else auth())
-    assert r.status == 200, await r.text()
-    return str((await r.json())["reply"])
-
-
-def memory_id(reply: str) -> str:
-    m = re.search(r"mem-[a-z0-9]+", reply)
-    assert m, reply
-    return m.group(0)
+from tests.memories import memory_id
 
 
 async def test_remember_search_show_forget_and_undo(

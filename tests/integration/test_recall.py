@@ -8,14 +8,8 @@ from dataclasses import replace
 import aiohttp
 
 from gateway.app import Gateway
-from tests.conftest import BOB_TOKEN, auth
+from tests.conftest import BOB_TOKEN, say
 from tests.fakes.llm import FakeLLM
-
-
-async def say(http: aiohttp.ClientSession, gw: Gateway, text: str, token: str | None = None) -> str:
-    r = await http.post(gw.url + "/api/v1/messages", json={"text": text}, headers=auth(token) if token else auth())
-    assert r.status == 200, await r.text()
-    return str((await r.json())["reply"])
 
 
 def system_of(fake: FakeLLM) -> str:

@@ -17,25 +17,13 @@ from gateway.app import Gateway
 from memory.storage import Storage
 from memory.traces import BEYOND_LIMIT, CONTEXT_BUDGET, INJECTED, NEAR_REPEAT, TraceItem, TraceStore
 from tests.cli import run_cli
-from tests.conftest import BOB_TOKEN, auth, make_config
+from tests.conftest import BOB_TOKEN, ROOT_TOKEN, make_config, say
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram
+from tests.memories import memory_id
 from tests.waits import until
 
-ROOT_TOKEN = "root-token-0123456789"
 SECRET = "sk-proj-" + "Q9w8E7r6" * 6
-
-
-async def say(http: aiohttp.ClientSession, gw: Gateway, text: str, token: str | None = None) -> str:
-    r = await http.post(gw.url + "/api/v1/messages", json={"text": text}, headers=auth(token) if token else auth())
-    assert r.status == 200, await r.text()
-    return str((await r.json())["reply"])
-
-
-def memory_id(reply: str) -> str:
-    m = re.search(r"mem-[a-z0-9]+", reply)
-    assert m, reply
-    return m.group(0)
 
 
 async def traces_of(gw: Gateway, user: str) -> list[Any]:
@@ -204,10 +192,10 @@ async def test_a_failing_tool_gets_the_hint_and_the_approved_preset_only(
     listed = await say(http, gateway, "/memory preset list", "alice-token-0123456789")
     assert "berlin" in listed and "mars" not in listed  # someone else's proposal is not listed
     assert "mars" in await say(http, gateway, "/memory preset list", BOB_TOKEN)
-    assert "Only an admin" in await say(http, gateway, f"/memory preset approve {memory_id_of(proposed)}", BOB_TOKEN)
+    assert "Only an admin" in await say(http, gateway, f"/memory preset approve {preset_id_of(proposed)}", BOB_TOKEN)
 
 
-def memory_id_of(reply: str) -> str:
+def preset_id_of(reply: str) -> str:
     m = re.search(r"pre-[a-z0-9]+", reply)
     assert m, reply
     return m.group(0)
@@ -273,7 +261,7 @@ async def test_cli_prints_a_sessions_traces_and_manages_presets(tmp_path: Path) 
         "deploy days",
     )
     assert rc == 0 and "approved" in out, err
-    pid = memory_id_of(out)
+    pid = preset_id_of(out)
     rc, _, err = await run_cli(
         "--config", str(config), "memory", "preset", "add", "find_memories", "keys", json.dumps({"query": SECRET})
     )
