@@ -193,7 +193,7 @@ class MemoryService:
             raise MemoryRefused(allowed.reason)
         return record
 
-    async def _forgotten(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord | None:
+    async def openable(self, actor: Actor, where: Where, record_id: str) -> MemoryRecord | None:
         """A record as `get` sees it, or a forgotten one its owner (or reviewer) may bring back."""
         found = await self.get(actor, where, record_id)
         if found is not None:
@@ -217,7 +217,7 @@ class MemoryService:
         forgotten record)."""
         who = actor.user_id or actor.run
         if action == "undo":
-            gone = await self._forgotten(actor, where, record_id)
+            gone = await self.openable(actor, where, record_id)
             if gone is None:
                 raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
             try:

@@ -17,7 +17,7 @@ import difflib
 import hashlib
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -274,22 +274,10 @@ class ConsoleService:
         refused = Forbidden(f"you cannot open memory {record_id[:80]!r}: it is not yours, or it does not exist")
         if not _RECORD_ID.fullmatch(record_id):
             raise refused
-        record = await self.memory.get(viewer.actor, self.where, record_id)
-        if record is not None:
-            return record
-        raw = await self.storage.records.get(record_id, include_deleted=True)
-        if raw is None or not self._may_open_forgotten(viewer, raw):
+        record = await self.memory.openable(viewer.actor, self.where, record_id)
+        if record is None:
             raise refused
-        return raw
-
-    def _may_open_forgotten(self, viewer: Viewer, raw: MemoryRecord) -> bool:
-        """A forgotten record stays visible to whoever could undo forgetting it."""
-        if raw.status != RecordStatus.DELETED:
-            return False
-        revived = replace(raw, status=RecordStatus.ACTIVE)
-        return bool(policy.can_read(viewer.actor, revived, self.where, utcnow(), by_id=True)) and bool(
-            policy.can_review(viewer.actor, revived)
-        )
+        return record
 
     async def review_queue(self, viewer: Viewer, limit: int = 50, offset: int = 0) -> dict[str, Any]:
         """Pending records the viewer may review, newest first, and how many there are: their own
@@ -326,16 +314,12 @@ class ConsoleService:
             raise Forbidden(f"you cannot undo revision {revision_id}: it is not yours, or it does not exist")
         touched = [rev] if rev.batch is None else await self.storage.revisions.list(batch=rev.batch)
         for r in touched:
-            raw = await self.storage.records.get(r.record_id, include_deleted=True)
-            visible = raw is not None and (
-                await self.memory.get(viewer.actor, self.where, r.record_id) is not None
-                or self._may_open_forgotten(viewer, raw)
-            )
-            if not visible:
+            record = await self.memory.openable(viewer.actor, self.where, r.record_id)
+            if record is None:
                 raise Forbidden(f"you cannot undo revision {revision_id}: it is not yours, or it does not exist")
-            assert raw is not None
-            if raw.status != RecordStatus.DELETED and not policy.can_review(viewer.actor, raw):
-                raise Forbidden(policy.can_review(viewer.actor, raw).reason)
+            allowed = policy.can_review(viewer.actor, record)
+            if record.status != RecordStatus.DELETED and not allowed:
+                raise Forbidden(allowed.reason)
         try:
             undone = await self.storage.revisions.undo(revision_id, viewer.user_id)
         except RecordError as exc:
