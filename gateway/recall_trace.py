@@ -93,6 +93,9 @@ class TraceRecorder:
         self.store = store
         self._secrets = list(secrets)
         self._pending: set[asyncio.Task[None]] = set()
+        # Traces are written one at a time, in the order the turns finished: on PostgreSQL two
+        # concurrent inserts may take their ids out of order, and "newest first" goes by id.
+        self._writing = asyncio.Lock()
 
     def record(
         self,
@@ -136,7 +139,8 @@ class TraceRecorder:
         written: list[Written],
     ) -> None:
         try:
-            await self.store.add(session_key, user_id, event_id, query, items, written)
+            async with self._writing:
+                await self.store.add(session_key, user_id, event_id, query, items, written)
         except Exception as exc:  # the reply is out; the trace is lost, and said so
             event(log, "recall_trace_failed", logging.WARNING, session=session_key, error=type(exc).__name__)
             return
