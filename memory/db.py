@@ -102,7 +102,8 @@ class Database:
     def __init__(self, url: str, runner: Runner = "auto") -> None:
         self.url = url
         parsed = make_url(url)
-        sqlite = parsed.get_backend_name() == "sqlite"
+        self.backend = parsed.get_backend_name()  # "sqlite", "postgresql"
+        sqlite = self.backend == "sqlite"
         if runner == "thread" and not sqlite:
             raise ValueError(f"the thread runner is for SQLite only, not {parsed.get_backend_name()}")
         self.runner: Literal["thread", "async"] = ("thread" if sqlite else "async") if runner == "auto" else runner
@@ -134,6 +135,12 @@ class Database:
             event.listen(self._async_engine.sync_engine, "connect", _sqlite_pragmas)
         else:
             self._async_engine = create_async_engine(parsed, pool_pre_ping=True)
+
+    @property
+    def shared(self) -> bool:
+        """Whether several gateway instances may use this database at once (anything but SQLite):
+        then what a process caches about a session must be checked against the database."""
+        return self.backend != "sqlite"
 
     async def write(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
         """Run `fn(conn, *args)` in one transaction, committed when it returns, rolled back (and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Insert, bindparam, func, insert, select, update
@@ -70,6 +71,29 @@ def _unfinished(conn: Connection) -> list[PendingEvent]:
     return [PendingEvent(r.event_id, r.channel, r.payload, r.attempts) for r in rows]
 
 
+def _unfinished_in(conn: Connection, session_key: str) -> list[PendingEvent]:
+    rows = conn.execute(
+        select(inbound_events)
+        .where(inbound_events.c.status == "received", inbound_events.c.session_key == session_key)
+        .order_by(inbound_events.c.received_at, inbound_events.c.event_id)
+    ).all()
+    return [PendingEvent(r.event_id, r.channel, r.payload, r.attempts) for r in rows]
+
+
+def _waiting_sessions(conn: Connection, before: datetime, channels: list[str]) -> list[str]:
+    rows = conn.execute(
+        select(inbound_events.c.session_key)
+        .where(
+            inbound_events.c.status == "received",
+            inbound_events.c.received_at < before,
+            inbound_events.c.channel.in_(channels),
+        )
+        .group_by(inbound_events.c.session_key)
+        .order_by(func.min(inbound_events.c.received_at))
+    ).all()
+    return [str(r.session_key) for r in rows]
+
+
 def _bump_attempts(conn: Connection, event_id: str) -> None:
     conn.execute(
         update(inbound_events)
@@ -119,6 +143,15 @@ class Journal:
     async def unfinished(self) -> list[PendingEvent]:
         return await self._db.read(_unfinished)
 
+    async def unfinished_in(self, session_key: str) -> list[PendingEvent]:
+        """A session's unfinished events, oldest first (the order they must be answered in)."""
+        return await self._db.read(_unfinished_in, session_key)
+
+    async def waiting_sessions(self, before: datetime, channels: list[str]) -> list[str]:
+        """Sessions of `channels` with an event received before `before` and still unfinished,
+        the longest waiting first."""
+        return await self._db.read(_waiting_sessions, before, channels)
+
     async def bump_attempts(self, event_id: str) -> None:
         await self._db.write(_bump_attempts, event_id)
 
@@ -135,6 +168,10 @@ class Journal:
         except IntegrityError:
             return await self._db.read(_outbound_row, key) or ("sending", None)
         return None
+
+    async def sent_before(self, key: str) -> tuple[str, str | None] | None:
+        """(status, platform message id) of an earlier attempt to send under `key`, without claiming it."""
+        return await self._db.read(_outbound_row, key)
 
     async def outbound_status(self, key: str) -> str | None:
         return await self._db.read(_outbound_status, key)

@@ -366,3 +366,14 @@ console_sessions = Table(
     Column("expires_at", UTCDateTime, nullable=False),
     Index("ix_console_sessions_expires_at", "expires_at"),
 )
+
+# One turn at a time per session across instances sharing a database (memory/leases.py). A row stays
+# after its lease ends (holder NULL), naming the instance that last held it.
+session_leases = Table(
+    "session_leases",
+    metadata,
+    Column("session_key", String(512), primary_key=True),
+    Column("holder", String(64)),
+    Column("instance", String(128), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)

@@ -242,15 +242,34 @@ def _history(conn: Connection, key: str, limit: int) -> list[Message]:
     ]
 
 
+def _fingerprint(conn: Connection, session_id: int) -> tuple[bool, int, int | None, int] | None:
+    row = conn.execute(
+        select(sessions.c.ended_at, sessions.c.message_count, sessions.c.summaries).where(sessions.c.id == session_id)
+    ).first()
+    if row is None:
+        return None
+    last = conn.execute(select(func.max(messages.c.id)).where(messages.c.session_id == session_id)).scalar()
+    return (row.ended_at is None, int(row.message_count), last, int(row.summaries or 0))
+
+
 class SessionStore:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._active: dict[str, SessionState] = {}
 
+    async def _still_current(self, state: SessionState) -> bool:
+        """Whether a cached session is still what the database holds. Only asked when other
+        instances share the database: an append, prune or reset there changes the message count,
+        the newest message id, the summary count or the end."""
+        last = state.recent[-1].id if state.recent else None
+        return await self._db.read(_fingerprint, state.id) == (True, state.message_count, last, state.summaries)
+
     async def active(self, key: str, agent: str, user_id: str | None, audience: str | None = None) -> SessionState:
         """The open session of `key` (created when there is none). `audience`, when given, is
         recorded on the session (it decides what may be flushed and found later)."""
         state = self._active.get(key)
+        if state is not None and self._db.shared and not await self._still_current(state):
+            state = None
         if state is None:
             state = await self._db.write(self._open, key, agent, user_id, audience or "personal")
             self._active[key] = state
