@@ -47,8 +47,11 @@ class Delivery:
         stream: AsyncIterator[TextDelta | Restart | TurnResult],
     ) -> Delivered:
         key = reply_key(event_id)
-        earlier = await self._claim(adapter, key)
         caps = adapter.capabilities
+        # The key is claimed right before the first send, not now: a crash while the model is still
+        # answering (the long part of a turn) then leaves no claim, and the resumed turn delivers.
+        earlier = await self._journal.sent_before(key) if caps.durable_sends else None
+        claimed = earlier is not None
         ref: MessageRef | None = None
         if earlier is not None and earlier[0] == "streaming" and earlier[1] and caps.can_edit:
             # A restart cut this reply mid-stream: finish the message already on screen.
@@ -74,6 +77,12 @@ class Delivery:
             text = "".join(buf)
             if text == shown or caps.length(text) > caps.max_length:
                 continue  # past one message: the final delivery splits it
+            if not claimed:
+                claimed = True
+                earlier = await self._claim(adapter, key)
+                if earlier is not None:
+                    can_stream = False
+                    continue
             try:
                 if ref is None:
                     ref = await adapter.send(OutboundMessage(conv, text, key, event_id, final=False))
@@ -89,6 +98,8 @@ class Delivery:
                     can_stream = False
                 next_edit = now + (exc.retry_after or caps.min_edit_interval)
         assert result is not None, "a turn stream always ends with a TurnResult"
+        if not claimed:
+            earlier = await self._claim(adapter, key)
         if earlier is not None:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return Delivered(result, None)

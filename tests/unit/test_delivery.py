@@ -157,3 +157,20 @@ async def test_a_reply_cut_mid_stream_is_finished_in_place(delivery: Delivery) -
     await delivery.stream(ad, CONV, "e1", turn("partial and complete"))  # the resumed turn
     assert ad.ops[-1] == ("edit", "1", "partial and complete")
     assert [op for op in ad.ops if op[0] == "send"] == [("send", "1", "partial")]
+
+
+async def test_a_turn_cut_before_anything_was_sent_leaves_no_claim(delivery: Delivery) -> None:
+    # The process dies while the model is still answering: the resumed turn must still deliver.
+    ad = RecordingAdapter(Capabilities(can_edit=False, max_length=1000))
+
+    async def thinking() -> AsyncIterator[TextDelta | Restart | TurnResult]:
+        yield TextDelta("half an ans")
+        raise asyncio.CancelledError  # the process died here
+
+    with pytest.raises(asyncio.CancelledError):
+        await delivery.stream(ad, CONV, "e1", thinking())
+    assert await delivery._journal.outbound_status("e1:reply") is None
+    out = await delivery.stream(ad, CONV, "e1", turn("the whole answer"))
+    assert out.sent == ("e1:reply", "1")
+    assert ad.ops == [("send", "1", "the whole answer")]
+    assert await delivery._journal.outbound_status("e1:reply") == "sending"  # marked sent with the turn
