@@ -93,3 +93,6 @@ class ChannelServices:
     history: Callable[[ConversationRef, str], Awaitable[list[HistoryItem]]]  # (conversation, identity)
     # Chat commands (name, one-line summary) to register where the platform has a command menu.
     commands: tuple[tuple[str, str], ...] = ()
+    # Journal an event before the platform is acknowledged (webhooks); False: seen before. The
+    # channel hands the event to its sink afterwards as usual.
+    accept: Callable[[MessageReceived], Awaitable[bool]] | None = None

@@ -311,17 +311,26 @@ class SlackAdapter:
         if self._bot is None:
             return
         ev = normalize_event(body, channel=self.name, bot=self._bot)
-        if ev is not None:
+        if ev is not None and await self._accepted(ev):
             self._deliver(ev)
 
     async def _ack_only(self) -> None:
         return None
 
     async def _on_command(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any]) -> None:
-        await ack()
         ev = normalize_command(body, channel=self.name)
+        if ev is not None and not await self._accepted(ev):
+            ev = None  # a retry of a command we have
+        await ack()
         if ev is not None:
             self._deliver(ev)
+
+    async def _accepted(self, ev: MessageReceived) -> bool:
+        """Journal the event before Slack gets its acknowledgement (listeners run before the
+        response here), so an instance dying right after it loses nothing. False: seen before.
+        A journal failure raises: Slack gets no acknowledgement and delivers the event again."""
+        accept = self.services.accept
+        return True if accept is None else await accept(ev)
 
     async def _on_unknown_command(self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any]) -> None:
         # Slack shows the ack text to the person who typed it (only to them).

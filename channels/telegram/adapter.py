@@ -236,17 +236,25 @@ class TelegramAdapter:
 
     def _dispatch(self, data: dict[str, Any]) -> None:
         """Normalize and hand to the sink in a task of its own: a slow turn never blocks receiving."""
+        ev = self._event_of(data)
+        if ev is not None:
+            self._spawn(ev)
+
+    def _event_of(self, data: dict[str, Any]) -> MessageReceived | None:
         if self._bot_identity is None or self._sink is None:
-            return
+            return None
         try:
             ev = normalize_update(data, channel=self.name, bot=self._bot_identity)
         except Exception as exc:  # a payload shape we did not foresee must not stop the channel
             event(log, "telegram_update_unreadable", logging.ERROR, channel=self.name, error=type(exc).__name__)
-            return
+            return None
         if ev is None:
             event(log, "telegram_update_ignored", logging.DEBUG, channel=self.name, update_id=data.get("update_id"))
-            return
+            return None
         event(log, "telegram_inbound", logging.DEBUG, channel=self.name, event_id=ev.event_id, edited=ev.edited)
+        return ev
+
+    def _spawn(self, ev: MessageReceived) -> None:
         task = asyncio.create_task(self._deliver(ev), name=f"telegram-sink:{ev.event_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -285,12 +293,23 @@ class TelegramAdapter:
             data = json.loads(await request.read())
             if not isinstance(data, dict) or not isinstance(data.get("update_id"), int):
                 raise ValueError("not an Update object")
-            update = Update.de_json(data, app.bot)
+            Update.de_json(data, app.bot)  # the shape PTB accepts; polling goes through it too
         except Exception as exc:
             event(log, "telegram_webhook_bad_request", logging.WARNING, channel=self.name, error=type(exc).__name__)
             return web.Response(status=400, text="malformed update")
-        # Same path as polling (PTB's dispatcher, then our handler); 200 acknowledges the update.
-        await app.update_queue.put(update)
+        ev = self._event_of(data)
+        if ev is None:
+            return web.Response(text="ok")
+        accept = self.services.accept
+        if accept is not None:
+            # Journaled before the 200: once Telegram forgets the update, it is in the database.
+            try:
+                if not await accept(ev):
+                    return web.Response(text="ok")  # a redelivery of an update we have
+            except Exception as exc:
+                event(log, "telegram_webhook_not_journaled", logging.ERROR, channel=self.name, error=type(exc).__name__)
+                return web.Response(status=503, text="try again")  # Telegram delivers it again
+        self._spawn(ev)
         return web.Response(text="ok")
 
     # -- outbound -------------------------------------------------------------------------------
