@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
+import os
 import signal
+import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -18,13 +20,14 @@ from gateway.auth import TokenAuth
 from gateway.commands import COMMANDS
 from gateway.config import Config
 from gateway.config_load import secret_values
+from gateway.console.service import ConsoleService
 from gateway.consolidation import CONSOLIDATE_JOB, Consolidator
 from gateway.context import CoreFiles, PromptContext
 from gateway.delivery import Delivery
-from gateway.events import ConversationRef
+from gateway.events import ConversationRef, MessageReceived
 from gateway.formation import Formation
 from gateway.jobs import JobRunner
-from gateway.llm import LLMClient
+from gateway.llm import LLMClient, ModelSpec
 from gateway.logs import event, setup_logging
 from gateway.memory_service import MemoryService
 from gateway.memory_tools import consolidate_tool, memory_tools, search_archive_tool
@@ -34,6 +37,7 @@ from gateway.openai_api import OpenAIApi
 from gateway.ports import Adapter, ChannelServices, HistoryItem
 from gateway.recall import TurnRecall, embedder_from_config
 from gateway.recall_trace import TraceRecorder
+from gateway.reload import Reloader, llm_settings
 from gateway.router import Router
 from gateway.server import add_ops_routes, build_app
 from gateway.session_memory import SessionMemory
@@ -41,6 +45,7 @@ from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
 from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex
+from memory.leases import SessionLeases
 from memory.presets import PresetStore
 from memory.storage import Storage
 from memory.traces import TraceStore
@@ -49,7 +54,7 @@ log = logging.getLogger("clawgate.app")
 
 
 class Gateway:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, config_path: Path | None = None) -> None:
         self.config = config
         self.metrics = Metrics()
         self.storage: Storage | None = None
@@ -62,16 +67,14 @@ class Gateway:
         self.formation: Formation | None = None
         self.consolidator: Consolidator | None = None
         self.traces: TraceRecorder | None = None
-        self.llm = LLMClient(
-            timeout=config.ai.timeout_seconds,
-            retries=config.ai.retries,
-            backoff=config.ai.retry_backoff_seconds,
-            max_concurrent=config.ai.max_concurrent_calls,
-            temperature=config.ai.temperature,
-            metrics=self.metrics,
-            transport=config.ai.transport,
-        )
+        self.llm = LLMClient(metrics=self.metrics, **llm_settings(config.ai))
         self.auth = TokenAuth(config)
+        # One list, shared by every part that redacts or refuses secrets: a reload adds to it.
+        self.secrets: list[str] = []
+        self.openai_api: OpenAIApi | None = None
+        self.console: ConsoleService | None = None
+        # With the file it came from, config.yaml is reloaded on SIGHUP or when it changes.
+        self.reloader = Reloader(self, config_path) if config_path is not None else None
         self._runner: web.AppRunner | None = None
         self._sites: list[web.TCPSite] = []
         self._ready = False
@@ -82,26 +85,28 @@ class Gateway:
 
     # -- start / stop -----------------------------------------------------------------------------
 
-    def _declared_users(self) -> list[tuple[str, list[str], list[str]]]:
+    @staticmethod
+    def declared_users(config: Config) -> list[tuple[str, list[str], list[str]]]:
         declared = []
-        for uid, user in self.config.users.items():
+        for uid, user in config.users.items():
             idents = list(user.identities)
             if user.tokens:
                 idents += [f"web:{uid}", f"api:{uid}"]
             declared.append((uid, [str(r) for r in user.roles], sorted(set(idents), key=idents.index)))
-        for ch in self.config.web_channels().values():
-            if ch.allow_local_anonymous and ch.is_loopback and ch.local_user not in self.config.users:
+        for ch in config.web_channels().values():
+            if ch.allow_local_anonymous and ch.is_loopback and ch.local_user not in config.users:
                 declared.append((ch.local_user, ["user"], [f"web:{ch.local_user}"]))
         return declared
 
     async def start(self) -> None:
         started = time.perf_counter()
-        secrets = secret_values(self.config)
+        secrets = self.secrets
+        secrets[:] = secret_values(self.config)
         setup_logging(self.config.logging.level, secrets)
         for path, why in self.config.unread_keys():
             event(log, "config_key_ignored", logging.WARNING, key=path, why=why)
         storage = self.storage = await Storage.open(self.config.storage.resolved_database_url)
-        await storage.identities.sync_declared(self._declared_users())
+        await storage.identities.sync_declared(self.declared_users(self.config))
 
         web_cfgs = self.config.web_channels()
         max_body = max((c.max_message_bytes for c in web_cfgs.values()), default=64 * 1024) + 64 * 1024
@@ -111,6 +116,7 @@ class Gateway:
             authenticate=self.auth,
             history=self._history,
             commands=tuple((c.name, c.summary) for c in COMMANDS.values()),
+            accept=self._accept,
         )
         for name, ch_cfg in self.config.channels.items():
             if getattr(ch_cfg, "enabled", True):
@@ -119,20 +125,24 @@ class Gateway:
         daily = DailyFiles(self.config.storage.data_dir / "memory", secrets)
         self.daily_index = DailyIndex(storage.db, daily)
         # Background work (DESIGN §8): each feature registers its job kinds on this runner below.
-        self.jobs = JobRunner(storage.jobs, secrets=list(secrets))
-        self.session_memory = SessionMemory(self.config, storage, self.llm, daily, list(secrets), self.daily_index)
-        memory = MemoryService(self.config, storage.records, list(secrets))
+        self.jobs = JobRunner(storage.jobs, secrets=secrets)
+        self.session_memory = SessionMemory(self.config, storage, self.llm, daily, secrets, self.daily_index)
+        memory = MemoryService(self.config, storage.records, secrets)
         embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
         self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder)
         memory.on_change = self.session_memory.on_change = self.recall.wake
         # Memory formation (issue 7): SessionMemory queues one job per archived range, the runner runs it.
-        self.formation = Formation(self.config, storage, self.llm, self.session_memory, self.jobs, list(secrets))
+        self.formation = Formation(self.config, storage, self.llm, self.session_memory, self.jobs, secrets)
         self.formation.register()
         self.formation.on_change = self.recall.wake
         self.session_memory.formation = self.formation.queue
         # Consolidation into Memory.md and the daily merge (issue 7): their job kinds and the tool.
-        chain = functools.partial(self.session_memory.background_chain, self.config.agents.list[0])
-        self.consolidator = Consolidator(self.config, storage, self.llm, daily, self.daily_index, list(secrets), chain)
+        session_memory = self.session_memory
+
+        def chain() -> list[ModelSpec]:  # the first agent of the config in force (a reload may change it)
+            return session_memory.background_chain(session_memory.config.agents.list[0])
+
+        self.consolidator = Consolidator(self.config, storage, self.llm, daily, self.daily_index, secrets, chain)
         merger = Merger(storage.records, storage.revisions)
         self.consolidator.on_change = merger.on_change = self.recall.wake
         self.jobs.register(CONSOLIDATE_JOB, self.consolidator.handle_job)
@@ -156,9 +166,11 @@ class Gateway:
             memory,
             self.recall,
             self.traces,
+            self._leases(storage),
         )
-        OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body).mount(app)
-        console.mount(app, self, memory, core, list(secrets))
+        self.openai_api = OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body)
+        self.openai_api.mount(app)
+        self.console = console.mount(app, self, memory, core, secrets)
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
 
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -182,9 +194,28 @@ class Gateway:
         self._background.append(asyncio.create_task(self._maintenance()))
         self._background.append(asyncio.create_task(self._index_daily_files()))
         self._background.append(asyncio.create_task(self._check_models()))
+        if self.reloader is not None:  # config.yaml changes apply without a restart (gateway/reload.py)
+            self._background.append(asyncio.create_task(self.reloader.watch()))
+        if self.router.leases is not None:  # several instances may share the database
+            period = max(1.0, self.config.storage.session_lease_seconds / 3)
+            self._background.append(asyncio.create_task(self.router.sweep_forever(period)))
         resumed = await self.router.resume_unfinished()
         if resumed:
             event(log, "gateway_resumed_events", count=resumed)
+
+    async def _accept(self, ev: MessageReceived) -> bool:
+        if self.router is None:
+            raise RuntimeError("the gateway is not started")
+        return await self.router.accept(ev)
+
+    def _leases(self, storage: Storage) -> SessionLeases | None:
+        """Session leases in the database when other instances may share it (not on SQLite)."""
+        if not storage.db.shared:
+            return None
+        cfg = self.config.storage
+        name = cfg.instance_name or f"{socket.gethostname()}:{os.getpid()}"
+        event(log, "session_leases_on", instance=name, lease_seconds=cfg.session_lease_seconds)
+        return SessionLeases(storage.db, name, cfg.session_lease_seconds)
 
     async def stop(self, deadline: float = 10.0) -> None:
         if self._stopped:
@@ -193,6 +224,8 @@ class Gateway:
         self._ready = False
         for task in self._background:
             task.cancel()
+        if self.reloader is not None:
+            await self.reloader.close()
         if self.router is not None:
             await self.router.drain(deadline)
         if self.traces is not None:
@@ -216,21 +249,37 @@ class Gateway:
         event(log, "gateway_stopped")
 
     async def run_until_signal(self) -> None:
+        """Run until SIGINT or SIGTERM, then let turns in flight finish for up to
+        `shutdown.timeout_seconds`. SIGHUP reloads config.yaml (with a config file)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._stopping.set)
-        await self.start()
-        if self._sites:
-            print(f"clawgate is running: open {self.url} to chat (Ctrl+C stops it)", file=sys.stderr, flush=True)
-            signing_in = (
-                "sign in with a user's token"
-                if any(u.tokens for u in self.config.users.values())
-                else ("no user has a token yet: set CLAWGATE_TOKEN (16+ characters) and restart to sign in")
-            )
-            print(f"web console: {self.url}/console ({signing_in})", file=sys.stderr, flush=True)
-        await self._stopping.wait()
-        event(log, "gateway_stopping")
-        await self.stop()
+        handlers = {signal.SIGINT: self._stopping.set, signal.SIGTERM: self._stopping.set}
+        if hasattr(signal, "SIGHUP"):
+            handlers[signal.SIGHUP] = self._reload_signal
+        for sig, handler in handlers.items():
+            loop.add_signal_handler(sig, handler)
+        try:
+            await self.start()
+            if self._sites:
+                print(f"clawgate is running: open {self.url} to chat (Ctrl+C stops it)", file=sys.stderr, flush=True)
+                signing_in = (
+                    "sign in with a user's token"
+                    if any(u.tokens for u in self.config.users.values())
+                    else ("no user has a token yet: set CLAWGATE_TOKEN (16+ characters) and restart to sign in")
+                )
+                print(f"web console: {self.url}/console ({signing_in})", file=sys.stderr, flush=True)
+            await self._stopping.wait()
+            deadline = self.config.shutdown.timeout_seconds
+            event(log, "gateway_stopping", deadline_seconds=deadline)
+            await self.stop(deadline)
+        finally:
+            for sig in handlers:
+                loop.remove_signal_handler(sig)
+
+    def _reload_signal(self) -> None:
+        if self.reloader is None or not self._ready:
+            event(log, "config_reload_skipped", reason="no config file" if self.reloader is None else "not running")
+            return
+        self.reloader.trigger("sighup")
 
     async def _index_daily_files(self) -> None:
         """Daily files edited by hand (or written before a crash) are found again: index what changed."""

@@ -10,9 +10,13 @@ from memory.console_sessions import digest
 class TokenAuth:
     def __init__(self, config: Config) -> None:
         self._by_digest: dict[str, str] = {}
-        for uid, user in config.users.items():
-            for tok in user.tokens:
-                self._by_digest[digest(tok.get_secret_value())] = uid
+        self.use_config(config)
+
+    def use_config(self, config: Config) -> None:
+        """The tokens of `config` from now on (a reload): a token no longer there stops working."""
+        self._by_digest = {
+            digest(tok.get_secret_value()): uid for uid, user in config.users.items() for tok in user.tokens
+        }
 
     def __call__(self, token: str | None) -> str | None:
         found = self.identify(token)

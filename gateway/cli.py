@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         print("The gateway did not start. Fix the problems above (clawgate config check).", file=sys.stderr)
         return 2
-    gateway = Gateway(config)
+    gateway = Gateway(config, config_path=path)  # reloaded on SIGHUP or when the file changes
     try:
         asyncio.run(gateway.run_until_signal())
     except OSError as exc:

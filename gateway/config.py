@@ -64,6 +64,11 @@ class AgentsConfig(_Strict):
 class StorageConfig(_Strict):
     data_dir: Path = Path("data")
     database_url: str | None = None
+    # Several instances on one PostgreSQL: a session's lease lasts this long without renewal, so a
+    # killed instance's sessions are taken over by the others after at most this many seconds.
+    session_lease_seconds: Annotated[float, Field(ge=2, le=600)] = 30.0
+    # How this instance is named in the session leases (default: host name and process id).
+    instance_name: Annotated[str, Field(min_length=1, max_length=128)] | None = None
 
     @property
     def resolved_database_url(self) -> str:
@@ -328,6 +333,12 @@ class LoggingConfig(_Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class ShutdownConfig(_Strict):
+    # On SIGTERM or SIGINT, turns in flight get this long to finish; the rest are cancelled and
+    # answered at the next start. Under `docker stop`'s 10 s, so the gateway still closes cleanly.
+    timeout_seconds: Annotated[float, Field(ge=0, le=3600)] = 8.0
+
+
 class Config(_Strict):
     ai: AIConfig = Field(default_factory=AIConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
@@ -337,6 +348,7 @@ class Config(_Strict):
     session: SessionConfig = Field(default_factory=SessionConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     timezone: str = "UTC"
 
     @field_validator("timezone")

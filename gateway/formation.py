@@ -66,6 +66,11 @@ class Formation:
         self.on_change: Callable[[], None] | None = None
         self._access = write_access(config)
 
+    def use_config(self, config: Config) -> None:
+        """Settings from a config reload (memory.formation, memory.write_access)."""
+        self.config = config
+        self._access = write_access(config)
+
     @property
     def enabled(self) -> bool:
         return self.config.memory.enabled and self.config.memory.formation.enabled

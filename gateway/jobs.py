@@ -61,7 +61,7 @@ class JobRunner:
         self.store = store
         self.workers = workers
         self.lease = lease
-        self.secrets = secrets or []
+        self.secrets = secrets if secrets is not None else []  # the gateway's own list: a reload adds to it
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self._handlers: dict[str, Handler] = {}
         self._wake = asyncio.Event()

@@ -194,12 +194,33 @@ class LLMClient:
         self.backoff = backoff
         self.temperature = temperature
         self._gate = asyncio.Semaphore(max_concurrent)
+        self._max_concurrent = max_concurrent
         self._litellm: Any = None
         self._loading: asyncio.Task[Any] | None = None
         self._metrics = metrics
         self.transport = transport
         self._wire = OpenAIWire()
         self._direct_routes: dict[ModelSpec, tuple[str, str] | None] = {}
+
+    def configure(
+        self,
+        *,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        max_concurrent: int,
+        temperature: float | None,
+        transport: str,
+    ) -> None:
+        """New settings (a config reload) for the calls made from now on."""
+        self.timeout, self.retries, self.backoff, self.temperature = timeout, retries, backoff, temperature
+        if transport != self.transport:
+            self.transport = transport
+            self._direct_routes = {}
+        if max_concurrent != self._max_concurrent:
+            # Calls in flight hold and release the old gate; new calls queue at the new one.
+            self._gate = asyncio.Semaphore(max_concurrent)
+            self._max_concurrent = max_concurrent
 
     def start_loading(self) -> None:
         if self._loading is None and self._litellm is None:

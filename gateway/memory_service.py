@@ -72,6 +72,11 @@ class MemoryService:
         self.on_change: Callable[[], None] | None = None
         self.access = write_access(config)
 
+    def use_config(self, config: Config) -> None:
+        """Settings from a config reload (memory.write_access among them)."""
+        self.config = config
+        self.access = write_access(config)
+
     @property
     def enabled(self) -> bool:
         return self.config.memory.enabled

@@ -140,6 +140,11 @@ class TurnRecall:
 
     # -- background: the embedder, the index, and embedding what is new ----------------------------
 
+    def use_config(self, config: Config) -> None:
+        """Settings from a config reload (memory.recall); the embedder stays until a restart."""
+        self.config = config
+        self.settings = settings_from(config)
+
     def start(self) -> None:
         if self.embedder is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._upkeep())

@@ -6,8 +6,9 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from gateway import access, commands
@@ -15,7 +16,14 @@ from gateway.config import ChatChannelConfig, Config
 from gateway.config_load import secret_values
 from gateway.context import PromptContext
 from gateway.delivery import Delivery
-from gateway.events import ConversationKind, ConversationRef, MessageReceived, event_from_payload, event_to_payload
+from gateway.events import (
+    ConversationKind,
+    ConversationRef,
+    MessageReceived,
+    event_from_payload,
+    event_to_payload,
+    utcnow,
+)
 from gateway.logs import event
 from gateway.memory_service import MemoryService
 from gateway.metrics import Metrics
@@ -26,6 +34,8 @@ from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, build_messages
 from memory.identities import User
+from memory.journal import PendingEvent
+from memory.leases import Lease, SessionLeases
 from memory.policy import Actor
 from memory.redact import contains_secret, redact
 from memory.sessions import Message
@@ -58,8 +68,12 @@ class Router:
         memory: MemoryService | None = None,
         recall: TurnRecall | None = None,
         traces: TraceRecorder | None = None,
+        leases: SessionLeases | None = None,
     ) -> None:
         self.memory = memory
+        # Several instances share the database: turns of a session are serialized through leases
+        # in it, and each answers a chat session's waiting events in the order they arrived.
+        self.leases = leases
         self.recall = recall
         self.traces = traces
         self.config = config
@@ -74,6 +88,13 @@ class Router:
         self._limiter = commands.AttemptLimiter()
         self._declared = config.declared_identities()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._accepted: set[str] = set()  # journaled by `accept`, not yet handled
+        self._secrets = secret_values(config)
+
+    def use_config(self, config: Config) -> None:
+        """Settings from a config reload: access lists, roles, agents and budgets for the next turns."""
+        self.config = config
+        self._declared = config.declared_identities()
         self._secrets = secret_values(config)
 
     def session_key_for(self, ref: ConversationRef, user: User) -> str:
@@ -82,7 +103,9 @@ class Router:
         return ref.session_key
 
     @asynccontextmanager
-    async def session_slot(self, key: str) -> AsyncIterator[None]:
+    async def session_slot(self, key: str, *, leased: bool = True) -> AsyncIterator[None]:
+        """One turn at a time in session `key`: in this process, and across instances (the
+        session's lease, unless the caller holds it already: `leased=False`)."""
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = _Slot()
@@ -91,7 +114,9 @@ class Router:
         slot.users += 1
         self.metrics.queue_depth.inc()
         try:
-            async with slot.lock:
+            async with slot.lock, AsyncExitStack() as stack:
+                if self.leases is not None and leased:
+                    await stack.enter_async_context(self.leases.hold(key))
                 self.metrics.queue_depth.dec()
                 try:
                     yield
@@ -105,7 +130,10 @@ class Router:
 
     def busy(self, ev: MessageReceived) -> bool:
         slot = self._slots.get(ev.ref.session_key)
-        return slot is not None and slot.users >= self.config.session.max_pending_per_session
+        pending = slot.users if slot is not None else 0
+        if self.leases is not None:  # with leases, a session's turns wait for its lease first
+            pending = max(pending, self.leases.waiting(ev.ref.session_key))
+        return pending >= self.config.session.max_pending_per_session
 
     async def handle(self, ev: MessageReceived) -> None:
         """The adapters' sink. Returns when the reply is delivered (or the event was a duplicate)."""
@@ -126,9 +154,9 @@ class Router:
             self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
             if not isinstance(self.config.channels.get(ev.ref.channel), ChatChannelConfig):
                 raise SessionBusy(ev.ref.session_key)  # HTTP callers get a 429 and retry
-        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key, self._journaled(ev)):
-            self.metrics.duplicates.labels(ev.ref.channel).inc()
-            event(log, "inbound_duplicate", channel=ev.ref.channel, event_id=ev.event_id)
+        if ev.event_id in self._accepted:
+            self._accepted.discard(ev.event_id)
+        elif not await self.accept(ev, keep=False):
             return
         if busy:
             # A chat platform cannot retry for us: tell the person instead of dropping the message.
@@ -136,6 +164,18 @@ class Router:
             await self._answer(adapter, ev, BUSY, "refused")
             return
         await self._process(ev, adapter)
+
+    async def accept(self, ev: MessageReceived, *, keep: bool = True) -> bool:
+        """Journal `ev`; False when it was seen before. Webhook channels call this before they
+        acknowledge a delivery, so an instance dying right after the acknowledgement loses nothing
+        (the event waits in the journal for `sweep`); `handle` then skips the journal (`keep`)."""
+        if not await self.storage.journal.record(ev.event_id, ev.ref.channel, ev.ref.session_key, self._journaled(ev)):
+            self.metrics.duplicates.labels(ev.ref.channel).inc()
+            event(log, "inbound_duplicate", channel=ev.ref.channel, event_id=ev.event_id)
+            return False
+        if keep:
+            self._accepted.add(ev.event_id)
+        return True
 
     def _journaled(self, ev: MessageReceived) -> dict[str, Any]:
         """The payload kept in the journal. A /remember with a secret in it is refused, and the
@@ -203,7 +243,58 @@ class Router:
             await self.storage.journal.finish(ev.event_id, "ignored")
         return False
 
+    def _chat(self, channel: str) -> bool:
+        return isinstance(self.config.channels.get(channel), ChatChannelConfig)
+
     async def _process(self, ev: MessageReceived, adapter: Adapter) -> None:
+        if self.leases is None:
+            await self._process_one(ev, adapter)
+            return
+        async with self.leases.hold(ev.ref.session_key) as lease:
+            assert lease is not None
+            if self._chat(ev.ref.channel):
+                # Whichever instance holds the lease answers everything waiting, in arrival order:
+                # an earlier message received by another instance is answered before this one.
+                await self._answer_waiting(lease, ev)
+            else:
+                # A web request waits for its own answer on this instance.
+                await self._process_one(ev, adapter)
+
+    async def _answer_waiting(self, lease: Lease, current: MessageReceived | None = None) -> None:
+        """Under the session's lease: answer its unfinished events, oldest first, until done or
+        the lease is lost. `current`: the event this instance has just received."""
+        for pending in await self.storage.journal.unfinished_in(lease.key):
+            if lease.lost:
+                return  # another instance has the session now, and answers the rest
+            fresh = current if current is not None and pending.event_id == current.event_id else None
+            await self._resume(pending, fresh)
+
+    async def _resume(self, pending: PendingEvent, fresh: MessageReceived | None = None) -> None:
+        """Answer one journaled event: `fresh`, one this instance has just received; otherwise
+        one from the journal, which a crash may have left half done (its reply recorded, even)."""
+        adapter = self.adapters.get(pending.channel)
+        if adapter is None:
+            event(log, "resume_channel_missing", logging.WARNING, channel=pending.channel, event_id=pending.event_id)
+            return
+        ev = fresh or event_from_payload(pending.payload)
+        started_before = pending.attempts > 0 if self.leases is not None else fresh is None
+        if started_before:
+            event(log, "resume_event", channel=pending.channel, event_id=pending.event_id, attempts=pending.attempts)
+        if pending.attempts >= MAX_ATTEMPTS:
+            await self._apologize(adapter, ev)
+            return
+        if started_before or self.leases is not None:
+            # Counted before the turn runs: with instances sharing the database, any event may be
+            # taken on by another one, which must know whether this one got as far as starting it.
+            await self.storage.journal.bump_attempts(pending.event_id)
+        if started_before:
+            recorded = await self.storage.sessions.reply_for_event(pending.event_id)
+            if recorded is not None:
+                await self._answer(adapter, ev, recorded.content)
+                return
+        await self._process_one(ev, adapter)
+
+    async def _process_one(self, ev: MessageReceived, adapter: Adapter) -> None:
         started = time.perf_counter()
         user = await self.storage.identities.resolve(ev.sender.identity, ev.sender.display_name)
         agent = self.config.agent(None)
@@ -213,7 +304,9 @@ class Router:
         if not await self._admit(ev, adapter, user, parsed is not None):
             return
         outcome = "ok"
-        async with self.session_slot(key):
+        # With leases, the caller holds the conversation's; a person's DM session spanning
+        # conversations (session.dm_scope per_user) needs its own as well.
+        async with self.session_slot(key, leased=key != ev.ref.session_key):
             try:
                 if parsed is not None:
                     ctx = commands.CommandContext(
@@ -342,25 +435,49 @@ class Router:
         return access.audience(cfg if isinstance(cfg, ChatChannelConfig) else None, ref)
 
     async def resume_unfinished(self) -> int:
-        """Answer events a crash left unfinished: finish recorded replies, re-run the rest."""
+        """Answer events a crash left unfinished: finish recorded replies, re-run the rest.
+
+        With instances sharing the database, a chat session's events are answered under its lease
+        (a session another instance is working on is left to it) and in order; web requests are
+        answered only by the instance that received them, so their leftovers are not picked up.
+        """
+        if self.leases is not None:
+            return await self.sweep(grace=0.0)
         pending = await self.storage.journal.unfinished()
         for p in pending:
-            adapter = self.adapters.get(p.channel)
-            if adapter is None:
-                event(log, "resume_channel_missing", logging.WARNING, channel=p.channel, event_id=p.event_id)
-                continue
-            ev = event_from_payload(p.payload)
-            event(log, "resume_event", channel=p.channel, event_id=p.event_id, attempts=p.attempts)
-            await self.storage.journal.bump_attempts(p.event_id)
-            if p.attempts >= MAX_ATTEMPTS:
-                await self._apologize(adapter, ev)
-                continue
-            recorded = await self.storage.sessions.reply_for_event(p.event_id)
-            if recorded is not None:
-                await self._answer(adapter, ev, recorded.content)
-                continue
-            self.spawn(self._process(ev, adapter))
+            self.spawn(self._resume(p))
         return len(pending)
+
+    async def sweep(self, grace: float) -> int:
+        """Shared database: take on the chat sessions with events waiting longer than `grace`
+        seconds whose lease is free (their instance stopped or died); how many were taken on."""
+        assert self.leases is not None
+        channels = [name for name in self.adapters if self._chat(name)]
+        if not channels:
+            return 0
+        waiting = await self.storage.journal.waiting_sessions(utcnow() - timedelta(seconds=grace), channels)
+        taken = [key for key in waiting if not self.leases.waiting(key)]
+        for key in taken:
+            self.spawn(self._take_over(key))
+        return len(taken)
+
+    async def _take_over(self, session_key: str) -> None:
+        assert self.leases is not None
+        async with self.leases.hold(session_key, wait=False) as lease:
+            if lease is not None:
+                await self._answer_waiting(lease)
+
+    async def sweep_forever(self, period: float) -> None:
+        """Every `period` seconds, take on sessions whose instance went away (see `sweep`)."""
+        while True:
+            await asyncio.sleep(period)
+            try:
+                taken = await self.sweep(grace=period)
+            except Exception as exc:  # the database is away: try again next period
+                event(log, "sweep_failed", logging.WARNING, error=type(exc).__name__)
+                continue
+            if taken:
+                event(log, "sessions_taken_over", count=taken)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)

@@ -141,6 +141,11 @@ class SessionMemory:
         # Queues memory formation for an archived range (gateway/formation.py); None: no formation.
         self.formation: Callable[[ArchivedRange], Awaitable[object]] | None = None
 
+    def use_config(self, config: Config) -> None:
+        """Settings from a config reload; a turn under way keeps the budget it read."""
+        self.config = config
+        self.budget = _budget(config)
+
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -93,7 +93,8 @@ class TurnEngine:
         stream: bool = True,
     ) -> AsyncIterator[TextDelta | Restart | TurnResult]:
         """Stream deltas; the last item is the TurnResult (also on failure: a notice text)."""
-        chain = model_chain(self.config, agent)
+        config = self.config  # a reload during the turn applies to the next one
+        chain = model_chain(config, agent)
         if not chain:
             err = LLMError([])
             event(log, "turn_no_model", logging.ERROR, session=ctx.session_key)
@@ -101,11 +102,11 @@ class TurnEngine:
             return
         working = list(prompt)
         produced: list[Message] = []
-        schemas = self.tools.schemas(ctx) if self.config.ai.max_tool_rounds > 0 else None
+        schemas = self.tools.schemas(ctx) if config.ai.max_tool_rounds > 0 else None
         rounds = 0
         while True:
             final: Completion | None = None
-            offer_tools = schemas if rounds < self.config.ai.max_tool_rounds else None
+            offer_tools = schemas if rounds < config.ai.max_tool_rounds else None
             try:
                 async for ev in self.llm.stream(chain, working, offer_tools, stream):
                     if isinstance(ev, Completion):

@@ -134,7 +134,9 @@ class Database:
             )
             event.listen(self._async_engine.sync_engine, "connect", _sqlite_pragmas)
         else:
-            self._async_engine = create_async_engine(parsed, pool_pre_ping=True)
+            # Every session a process is answering may be at the database at once (its turn, its
+            # lease renewal, a waiting turn's poll): more than the default 5 + 10 connections.
+            self._async_engine = create_async_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
     @property
     def shared(self) -> bool:

@@ -7,7 +7,7 @@ runs, so a thousand busy sessions cost a thousand rows, not a thousand connectio
 
 - Acquire: insert the row, or take it over when it is free (holder NULL) or expired. Both are one
   statement the database applies atomically, so two instances can never both succeed.
-- While held, the lease is renewed every third of its length; an instance that dies stops renewing
+- While held, the lease is renewed every quarter of its length; an instance that dies stops renewing
   and its sessions are free again one lease length later (default 30 s).
 - Waiting for a lease held by another instance polls with backoff (20 ms up to 0.5 s). Local
   waiters queue on the asyncio lock first, so only one task per key and process polls.
@@ -81,6 +81,16 @@ def _release(conn: Connection, key: str, holder: str, now: datetime) -> None:
 
 
 @dataclass(slots=True)
+class Lease:
+    """A held lease. `lost` turns true when a renewal found another holder (this instance was too
+    slow to renew): the holder should finish what it is doing and start nothing more under it."""
+
+    key: str
+    holder: str
+    lost: bool = False
+
+
+@dataclass(slots=True)
 class _Local:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
@@ -97,10 +107,6 @@ class SessionLeases:
         self.lease = timedelta(seconds=lease_seconds)
         self._local: dict[str, _Local] = {}
 
-    def held_here(self, key: str) -> bool:
-        """Whether a task of this process holds or waits for `key`."""
-        return key in self._local
-
     async def try_acquire(self, key: str) -> str | None:
         """Take the lease on `key` now if nobody holds it; the holder token, or None."""
         holder = secrets.token_hex(16)
@@ -116,25 +122,26 @@ class SessionLeases:
         await self._db.write(_release, key, holder, utcnow())
 
     @asynccontextmanager
-    async def hold(self, key: str, *, wait: bool = True) -> AsyncIterator[bool]:
-        """Hold the lease on `key` for the block; yields True. With `wait=False` the block runs at
-        once with False when this process or another instance holds it."""
+    async def hold(self, key: str, *, wait: bool = True) -> AsyncIterator[Lease | None]:
+        """Hold the lease on `key` for the block. With `wait=False` the block runs at once, given
+        None when this process or another instance holds the lease."""
         local = self._local.get(key)
         if local is None:
             local = self._local[key] = _Local()
         if not wait and local.lock.locked():
-            yield False
+            yield None
             return
         local.users += 1
         try:
             async with local.lock:
                 holder = await self._wait_for(key, wait)
                 if holder is None:
-                    yield False
+                    yield None
                     return
-                renewing = asyncio.create_task(self._keep(key, holder), name=f"lease:{key}")
+                lease = Lease(key, holder)
+                renewing = asyncio.create_task(self._keep(lease), name=f"lease:{key}")
                 try:
-                    yield True
+                    yield lease
                 finally:
                     renewing.cancel()
                     await asyncio.gather(renewing, return_exceptions=True)
@@ -143,6 +150,11 @@ class SessionLeases:
             local.users -= 1
             if local.users == 0 and self._local.get(key) is local:
                 del self._local[key]
+
+    def waiting(self, key: str) -> int:
+        """How many tasks of this process hold or wait for `key`."""
+        local = self._local.get(key)
+        return local.users if local is not None else 0
 
     async def _wait_for(self, key: str, wait: bool) -> str | None:
         delay = FIRST_POLL
@@ -157,16 +169,17 @@ class SessionLeases:
             await asyncio.sleep(delay)
             delay = min(MAX_POLL, delay * 1.5)
 
-    async def _keep(self, key: str, holder: str) -> None:
-        period = self.lease.total_seconds() / 3
+    async def _keep(self, lease: Lease) -> None:
+        period = self.lease.total_seconds() / 4
         while True:
             await asyncio.sleep(period)
             try:
-                kept = await self.renew(key, holder)
+                kept = await self.renew(lease.key, lease.holder)
             except Exception as exc:  # the database is away: try again next period
-                event(log, "session_lease_renew_failed", logging.WARNING, session=key, error=type(exc).__name__)
+                event(log, "session_lease_renew_failed", logging.WARNING, session=lease.key, error=type(exc).__name__)
                 continue
             if not kept:
-                # Another instance took it after it expired: the turn goes on, but say so loudly.
-                event(log, "session_lease_lost", logging.ERROR, session=key)
+                # Another instance took it after it expired: say so loudly; the holder stops.
+                lease.lost = True
+                event(log, "session_lease_lost", logging.ERROR, session=lease.key)
                 return

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from gateway.context import CoreFiles
 
 
-def mount(app: web.Application, gateway: Gateway, memory: MemoryService, core: CoreFiles, secrets: list[str]) -> None:
+def mount(
+    app: web.Application, gateway: Gateway, memory: MemoryService, core: CoreFiles, secrets: list[str]
+) -> ConsoleService:
     storage = gateway.storage
     assert storage is not None and gateway.traces is not None
 
@@ -36,6 +38,7 @@ def mount(app: web.Application, gateway: Gateway, memory: MemoryService, core: C
     auth = ConsoleAuth(gateway.auth, storage.console_sessions, storage.identities)
     ConsoleApi(service, auth).mount(app)
     ConsolePages(service, auth).mount(app)
+    return service
 
 
 async def gateway_status(gateway: Gateway) -> dict[str, Any]:
@@ -88,6 +91,8 @@ async def gateway_status(gateway: Gateway) -> dict[str, Any]:
         "last_consolidation": consolidated[0].finished_at.isoformat()
         if consolidated and consolidated[0].finished_at
         else None,
+        # config.yaml as running: the last reload, its problems' paths, what waits for a restart
+        "config": gateway.reloader.status() if gateway.reloader is not None else None,
     }
 
 

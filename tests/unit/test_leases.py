@@ -34,7 +34,8 @@ async def test_one_holder_at_a_time_and_release_frees_it(storage: Storage) -> No
     await a.release("tg:1", held)
     taken = await b.try_acquire("tg:1")
     assert taken is not None
-    rows = await storage.db.read(lambda c: c.execute(select(session_leases).order_by(session_leases.c.session_key)).all())
+    listing = select(session_leases).order_by(session_leases.c.session_key)
+    rows = await storage.db.read(lambda c: c.execute(listing).all())
     assert [(r.session_key, r.instance) for r in rows] == [("tg:1", "b"), ("tg:2", "b")]
 
 
@@ -72,14 +73,14 @@ async def test_hold_waits_for_another_instance_and_then_runs(storage: Storage) -
 
     await asyncio.wait_for(asyncio.gather(first(), second()), 10)
     assert order == ["a in", "a out", "b in"]
-    assert not a.held_here("tg:1") and not b.held_here("tg:1")
+    assert a.waiting("tg:1") == b.waiting("tg:1") == 0
 
 
 async def test_hold_without_waiting_says_whether_it_got_the_lease(storage: Storage) -> None:
     a, b = SessionLeases(storage.db, "a"), SessionLeases(storage.db, "b")
     async with a.hold("tg:1") as got:
         assert got
-        assert a.held_here("tg:1")
+        assert a.waiting("tg:1") == 1
         async with a.hold("tg:1", wait=False) as again:  # held in this process
             assert not again
         async with b.hold("tg:1", wait=False) as other:  # held by another instance
