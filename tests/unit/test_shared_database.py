@@ -1,0 +1,60 @@
+"""Two `Storage` objects on one PostgreSQL database stand for two gateway instances: what one
+process caches must not hide what the other wrote."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import update
+
+from memory.db import Database
+from memory.schema import users
+from memory.sessions import Message
+from memory.storage import Storage
+from tests.postgres import fresh_database_url
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[Storage, Storage]]:
+    url = fresh_database_url()
+    a = await Storage.open(url)
+    b = Storage(Database(url))
+    yield a, b
+    await b.close()
+    await a.close()
+
+
+def test_only_a_database_other_processes_can_open_is_shared(tmp_path: object) -> None:
+    assert Database(fresh_database_url()).shared
+    assert not Database(f"sqlite:///{tmp_path}/t.db").shared
+
+
+async def test_a_cached_session_sees_the_other_instances_turns(pair: tuple[Storage, Storage]) -> None:
+    a, b = pair
+    on_a = await a.sessions.active("tg:1", "main", "alice")
+    await a.sessions.append(on_a, [Message("user", "one"), Message("assistant", "1")])
+    on_b = await b.sessions.active("tg:1", "main", "alice")
+    assert [m.content for m in on_b.recent] == ["one", "1"]
+    await b.sessions.append(on_b, [Message("user", "two"), Message("assistant", "2")])
+
+    again = await a.sessions.active("tg:1", "main", "alice")
+    assert [m.content for m in again.recent] == ["one", "1", "two", "2"]
+    assert again.message_count == 4
+    assert await a.sessions.active("tg:1", "main", "alice") is again  # unchanged: the cache is used
+
+    fresh, _ = await b.sessions.reset("tg:1", "main", "alice")  # /new on the other instance
+    after = await a.sessions.active("tg:1", "main", "alice")
+    assert after.id == fresh.id and not after.recent
+
+
+async def test_identity_changes_made_elsewhere_show_within_the_cache_time(
+    pair: tuple[Storage, Storage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = pair
+    alice = await a.identities.resolve("telegram:1", "Alice")
+    assert alice.roles == ("user",)
+    await b.db.write(lambda c: c.execute(update(users).where(users.c.id == alice.id).values(roles=["admin"])))
+    assert (await a.identities.resolve("telegram:1")).roles == ("user",)  # cached for a moment
+    monkeypatch.setattr(type(a.identities), "SHARED_CACHE_SECONDS", 0.0)
+    assert (await a.identities.resolve("telegram:1")).roles == ("admin",)
