@@ -7,7 +7,7 @@ Times are timezone-aware UTC. Thread identity is a field, never a metadata entry
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,6 +71,15 @@ class MessageReceived:
     wants_stream: bool = True
     received_at: datetime = field(default_factory=utcnow)
     raw: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # NUL characters mean nothing in chat, and PostgreSQL text columns refuse them: they would
+        # turn a message into a failed turn there. Dropped here, once, for every channel.
+        if "\x00" in self.text:
+            object.__setattr__(self, "text", self.text.replace("\x00", ""))
+        name = self.sender.display_name
+        if name is not None and "\x00" in name:
+            object.__setattr__(self, "sender", replace(self.sender, display_name=name.replace("\x00", "")))
 
 
 @dataclass(frozen=True, slots=True)

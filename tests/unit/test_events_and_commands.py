@@ -53,3 +53,12 @@ def test_command_parsing() -> None:
     assert parse("/") is None
     assert parse("/ spaced") is None
     assert parse("/path/to/file") is None
+
+
+def test_nul_characters_are_dropped_from_inbound_text_and_names() -> None:
+    # PostgreSQL text columns refuse NUL: such a message would become a failed turn there.
+    ev = MessageReceived("e1", ConversationRef("web", "c1"), Actor("web:alice", "Al\x00ice"), "hel\x00lo\x00")
+    assert ev.text == "hello"
+    assert ev.sender.display_name == "Alice"
+    plain = MessageReceived("e2", ConversationRef("web", "c1"), Actor("web:alice"), "hello")
+    assert plain.sender.display_name is None and plain.text == "hello"
