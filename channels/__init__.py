@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.ports import Adapter, ChannelServices
+
+if TYPE_CHECKING:
+    from gateway.probe import Finding, Probe
 
 _FACTORIES = {
     "web": "channels.web.adapter:create",
@@ -13,13 +16,33 @@ _FACTORIES = {
     "discord": "channels.discord.adapter:create",
     "slack": "channels.slack.adapter:create",
 }
+# Read-only checks of a platform's credentials and reachability (`clawgate doctor`). The web channel
+# has none: it asks no platform (the doctor checks its host and port itself).
+_PROBES = {
+    "telegram": "channels.telegram.probe:probe",
+    "discord": "channels.discord.probe:probe",
+    "slack": "channels.slack.probe:probe",
+}
+PROBED_TYPES = frozenset(_PROBES)  # the channel types whose probe asks a platform over the network
+
+
+def _load(table: dict[str, str], name: str, kind: str, missing: str) -> Any:
+    """The function registered for channel type `kind`, its module imported now (SDKs load here)."""
+    target = table.get(kind)
+    if target is None:
+        raise ValueError(f"channel {name!r}: {missing} {kind!r}")
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def create(name: str, config: Any, services: ChannelServices) -> Adapter:
-    target = _FACTORIES.get(config.type)
-    if target is None:
-        raise ValueError(f"channel {name!r}: unsupported type {config.type!r}")
-    module, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module), attr)
+    factory = _load(_FACTORIES, name, config.type, "unsupported type")
     adapter: Adapter = factory(name, config, services)
     return adapter
+
+
+async def probe(p: Probe, config: Any) -> Finding:
+    """Ask the platform of channel `p.name` (config: its channel config), within `p.timeout`."""
+    check = _load(_PROBES, p.name, config.type, "no probe for type")
+    found: Finding = await check(p, config)
+    return found

@@ -31,11 +31,16 @@ def _parser() -> argparse.ArgumentParser:
     cfg_sub.add_parser("check", help="validate config.yaml and list every problem")
     doctor = sub.add_parser(
         "doctor",
-        help="check config, database, disk and recall; a fix for each problem (exit 1 when one failed)",
+        help="check config, database, disk, recall, channels and models; a fix for each problem (exit 1: one failed)",
         description="Named checks, each ok, info, warn, fail or skip (what it needs is broken), with a fix "
-        "for each problem. Reads only: it neither migrates the database nor loads the embedding model.",
+        "for each problem. Reads only: it neither migrates the database nor loads the embedding model; it asks "
+        "each channel's platform and each model once (one output token), unless --offline.",
     )
     doctor.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    doctor.add_argument("--offline", action="store_true", help="ask no chat platform and no model (local checks only)")
+    doctor.add_argument(
+        "--timeout", type=float, default=5.0, metavar="SECONDS", help="for each platform and model asked (default: 5)"
+    )
     pairing = sub.add_parser("pairing", help="people waiting to talk to the assistant (dm_policy: pairing)")
     pairing_sub = pairing.add_subparsers(dest="pairing_command", metavar="SUBCOMMAND")
     pairing_sub.add_parser("list", help="list pending pairing requests")
@@ -79,7 +84,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from gateway import doctor
 
-    return doctor.main(_config_path(args), as_json=args.json)
+    if not 0 < args.timeout <= 300:
+        print("clawgate doctor: --timeout must be more than 0 and at most 300 seconds", file=sys.stderr)
+        return 2
+    return doctor.main(_config_path(args), as_json=args.json, offline=args.offline, timeout=args.timeout)
 
 
 def cmd_pairing(args: argparse.Namespace) -> int:

@@ -7,11 +7,16 @@ Output: an aligned table, or with `--json` one object. Exit code 0 when nothing 
 
 A check is an async function of the shared `Context`, which holds what earlier checks learned (the
 config, the open database, the embedder); it raises `Skipped` when its prerequisite is missing.
-Adding a check is one function and one entry in `CHECKS`.
+Adding a check is one function and one entry in `CHECKS`. A `Group` entry stands for checks known
+only once the config is: one per configured channel (gateway/doctor_channels.py, which asks each
+platform through its channel package's probe) and one per model of the chain (gateway/doctor_models.py);
+they wait on the network, so they run at the same time, each within `--timeout`.
 
 Doctor only reads: it never migrates the database, never creates the SQLite file, never loads the
 embedding model (model id, prefixes, dimension and floor come from the config and the manifest).
-Secrets are never shown: the database URL's password is masked in every line."""
+Asking a model is one request of one output token. `--offline` asks neither platforms nor models.
+Secrets are never shown: the database URL's password is masked, and every configured secret is
+replaced by *** in whatever a check reports."""
 
 from __future__ import annotations
 
@@ -26,15 +31,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.config import Config
-from gateway.config_load import ConfigError, load_config
+from gateway.config_load import ConfigError, load_config, secret_values
+from gateway.doctor_channels import NETWORK_TYPES, probe_channel
+from gateway.doctor_models import ModelUse, ask_model, configured_models
+from gateway.probe import Probe, mask_userinfo
 
 if TYPE_CHECKING:
+    from gateway.llm import LLMClient
     from memory.db import Database
     from memory.embeddings import Embedder
 
 Status = Literal["ok", "info", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("ok", "info", "warn", "fail", "skip")
 CHECK_TIMEOUT_S = 20.0  # a database that does not answer is a failed check, not a hung doctor
+PROBE_TIMEOUT_S = 5.0  # each channel's and model's network check (--timeout)
 DISK_WARN_BYTES = 1 << 30  # 1 GiB
 DISK_FAIL_BYTES = 100 << 20  # 100 MiB
 START_ONCE = "start the gateway once (clawgate run): it creates the database and brings its schema up to date"
@@ -68,11 +78,16 @@ class Context:
     """What the checks share, set by the check that establishes it (`provide`) or says why it could
     not (`lack`), and read by the checks after it (`config()`, `database()`, `embedder()`)."""
 
-    def __init__(self, config_path: Path) -> None:
+    def __init__(self, config_path: Path, *, offline: bool = False, timeout: float = PROBE_TIMEOUT_S) -> None:
         self.config_path = config_path
+        self.offline = offline  # ask no platform and no model
+        self.timeout = timeout  # each network check, in seconds
+        self.variables: dict[str, str] = {}  # config path -> the ${VARIABLE} it is read from
+        self.secrets: list[str] = []  # every configured secret, masked in every result
         self._config: Config | None = None
         self._db: Database | None = None
         self._embedder: Embedder | None = None
+        self._llm: LLMClient | None = None
         self._why_not: dict[str, str] = {}
 
     def provide(
@@ -105,9 +120,19 @@ class Context:
             raise self._missing("embedder" if self._config is not None else "config")
         return self._embedder
 
+    def llm(self) -> LLMClient:
+        """The model client the model checks share (LiteLLM is imported once, in a thread)."""
+        if self._llm is None:
+            from gateway.llm import LLMClient
+
+            self._llm = LLMClient(timeout=self.timeout, retries=0)
+        return self._llm
+
     async def close(self) -> None:
         if self._db is not None:
             await self._db.close()
+        if self._llm is not None:
+            await self._llm.aclose()
 
 
 Check = Callable[[Context], Awaitable[Result]]
@@ -121,6 +146,33 @@ def config_summary(config: Config) -> str:
     agents = ", ".join(a.name for a in config.agents.list)
     model = config.agents.list[0].model or config.ai.model or "(none)"
     return f"agents: {agents}; model: {model}; channels: {', '.join(config.channels) or 'none'}"
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def config_variables(path: Path) -> dict[str, str]:
+    """Each key of the config file whose value names an environment variable (`${VAR}`, also with
+    a default or inside a longer value), as dotted path -> the variable: hints say what to set."""
+    import yaml  # type: ignore[import-untyped]
+
+    found: dict[str, str] = {}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+        elif isinstance(node, str) and (match := _VARIABLE.search(node)):
+            found[path] = match.group(1)
+
+    try:
+        walk(yaml.safe_load(path.read_text(encoding="utf-8")), "")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        pass  # the config check reports an unreadable file; hints then name keys only
+    return found
 
 
 async def check_config(ctx: Context) -> Result:
@@ -140,6 +192,8 @@ async def check_config(ctx: Context) -> Result:
             data={"path": str(ctx.config_path)},
         )
     ctx.provide(config=config)
+    ctx.secrets = secret_values(config)
+    ctx.variables = config_variables(ctx.config_path)
     unread = config.unread_keys()
     data = {"path": str(ctx.config_path), "unread_keys": [k for k, _ in unread]}
     if unread:
@@ -164,7 +218,7 @@ def mask_url(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        return mask_userinfo(url)
 
 
 def _password(url: str) -> str | None:
@@ -412,7 +466,83 @@ async def check_other_models(ctx: Context) -> Result:
     )
 
 
-CHECKS: Sequence[tuple[str, Check]] = (
+# --- channels -----------------------------------------------------------------------------------
+
+
+def channel_checks(ctx: Context) -> list[tuple[str, Check]]:
+    """One check per configured channel, named after it (and its platform when the name differs)."""
+    config = ctx.config()
+    if not config.channels:
+        return [("channels", _no_channels)]
+    return [
+        (f"channel {name}" if name == cfg.type else f"channel {name} ({cfg.type})", _channel_check(name))
+        for name, cfg in config.channels.items()
+    ]
+
+
+def _channel_check(name: str) -> Check:
+    async def check(ctx: Context) -> Result:
+        config = ctx.config()
+        cfg = config.channels[name]
+        if ctx.offline and cfg.enabled and cfg.type in NETWORK_TYPES:
+            raise Skipped(f"--offline: {cfg.type} was not asked")
+        found = await probe_channel(Probe(name, config, ctx.timeout, ctx.variables), cfg)
+        data = {"channel": name, "type": cfg.type, **found.data}
+        return Result(found.status, found.detail, found.hint, data=data)
+
+    return check
+
+
+async def _no_channels(ctx: Context) -> Result:
+    return Result(
+        "warn",
+        "none configured: nobody can reach the assistant",
+        "add one under channels: (a web channel on 127.0.0.1 needs nothing else)",
+    )
+
+
+# --- models -------------------------------------------------------------------------------------
+
+
+def model_checks(ctx: Context) -> list[tuple[str, Check]]:
+    uses = configured_models(ctx.config())
+    if not uses:
+        return [("model", _no_model)]
+    if not ctx.offline:
+        ctx.llm().start_loading()  # LiteLLM's import (seconds) overlaps the channel checks
+    return [(f"model {use.spec.model}", _model_check(use)) for use in uses]
+
+
+async def _no_model(ctx: Context) -> Result:
+    return Result(
+        "warn",
+        "none configured: every message is answered with a note saying so",
+        "set ai.model (a LiteLLM model id, e.g. openai/gpt-4o-mini) and ai.api_key or the provider's key variable",
+    )
+
+
+def _model_check(use: ModelUse) -> Check:
+    async def check(ctx: Context) -> Result:
+        if ctx.offline:
+            raise Skipped("--offline: the model was not asked")
+        found = await ask_model(ctx.llm(), use, ctx.timeout, ctx.variables)
+        return Result(found.status, found.detail, found.hint, data=found.data)
+
+    return check
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Checks known once the config is (`expand`), run at the same time and reported in order. When
+    they cannot be known, one row named `name` says why."""
+
+    name: str
+    expand: Callable[[Context], Sequence[tuple[str, Check]]]
+
+
+Entry = tuple[str, Check] | Group
+
+CHECKS: Sequence[Entry] = (
     ("config", check_config),
     ("database", check_database),
     ("disk", check_disk),
@@ -420,28 +550,75 @@ CHECKS: Sequence[tuple[str, Check]] = (
     ("recall floor", check_floor),
     ("vector coverage", check_coverage),
     ("other models", check_other_models),
+    Group("channels", channel_checks),
+    Group("models", model_checks),
 )
 
 
 # --- running and reporting ----------------------------------------------------------------------
 
 
-async def run_checks(ctx: Context, checks: Sequence[tuple[str, Check]] = CHECKS) -> list[Result]:
-    """Every check, in order; one that raises is a failed check, never a crashed doctor."""
-    results = []
-    for name, check in checks:
-        try:
-            async with asyncio.timeout(CHECK_TIMEOUT_S):
-                result = await check(ctx)
-        except Skipped as why:
-            result = Result("skip", f"skipped: {why}")
-        except TimeoutError:
-            hint = "something it asks (a database, a server) did not answer: check it and run doctor again"
-            result = Result("fail", f"no answer within {CHECK_TIMEOUT_S:g} s", hint)
-        except Exception as exc:
-            result = Result("fail", f"the check broke: {type(exc).__name__}: {exc}", "please report this")
-        results.append(replace(result, name=name))
+async def run_checks(ctx: Context, checks: Sequence[Entry] = CHECKS) -> list[Result]:
+    """Every check, in order; one that raises is a failed check, never a crashed doctor. Adjacent
+    groups run together: all their checks at the same time."""
+    results: list[Result] = []
+    batch: list[tuple[str, Check]] = []
+    for i, entry in enumerate(checks):
+        if isinstance(entry, Group):
+            try:
+                batch += entry.expand(ctx)
+            except Skipped as why:
+                results.append(Result("skip", f"skipped: {why}", name=entry.name))
+            if i + 1 < len(checks) and isinstance(checks[i + 1], Group):
+                continue
+            cap = CHECK_TIMEOUT_S + ctx.timeout  # they wait on the network, each within ctx.timeout
+            results += await asyncio.gather(*(_run_one(ctx, name, check, cap) for name, check in batch))
+            batch = []
+        else:
+            results.append(await _run_one(ctx, *entry))
     return results
+
+
+async def _run_one(ctx: Context, name: str, check: Check, cap: float | None = None) -> Result:
+    cap = CHECK_TIMEOUT_S if cap is None else cap
+    try:
+        async with asyncio.timeout(cap):
+            result = await check(ctx)
+    except Skipped as why:
+        result = Result("skip", f"skipped: {why}")
+    except TimeoutError:
+        hint = "something it asks (a database, a server) did not answer: check it and run doctor again"
+        result = Result("fail", f"no answer within {cap:g} s", hint)
+    except Exception as exc:
+        result = Result("fail", f"the check broke: {type(exc).__name__}: {exc}", "please report this")
+    return redact(replace(result, name=name), ctx.secrets)
+
+
+def redact(result: Result, secrets: Sequence[str]) -> Result:
+    """The result with every secret replaced by *** (an SDK's message may quote a token or a URL
+    that holds one)."""
+    shown = sorted((s for s in set(secrets) if len(s) >= 4), key=len, reverse=True)  # shorter ones would mangle text
+    if not shown:
+        return result
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in shown:
+                value = value.replace(secret, "***")
+            return value
+        if isinstance(value, Mapping):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return type(value)(clean(v) for v in value)
+        return value
+
+    return replace(
+        result,
+        detail=clean(result.detail),
+        hint=clean(result.hint),
+        lines=clean(result.lines),
+        data=clean(result.data),
+    )
 
 
 def failed(results: Sequence[Result]) -> bool:
@@ -485,9 +662,9 @@ def render_json(results: Sequence[Result], config_path: Path) -> str:
     )
 
 
-def main(config_path: Path, *, as_json: bool = False) -> int:
+def main(config_path: Path, *, as_json: bool = False, offline: bool = False, timeout: float = PROBE_TIMEOUT_S) -> int:
     async def run() -> list[Result]:
-        ctx = Context(config_path)
+        ctx = Context(config_path, offline=offline, timeout=timeout)
         try:
             return await run_checks(ctx)
         finally:

@@ -4,7 +4,8 @@ Routes `/bot<token>/<method>` and `/file/bot<token>/<path>` like api.telegram.or
 python-telegram-bot sends (form-encoded fields with JSON-encoded non-string values; JSON and
 multipart also accepted), and answers `{"ok": ..., "result": ...}` like Telegram:
 
-- getMe, deleteWebhook, setWebhook, getWebhookInfo, setMyCommands, sendChatAction, getFile;
+- getMe, deleteWebhook, setWebhook, getWebhookInfo (queued updates, `webhook_error`), setMyCommands,
+  sendChatAction, getFile;
 - getUpdates as a real long poll: answers with the queued updates whose update_id >= offset,
   waits up to `timeout` seconds for new ones (an asyncio.Condition, no sleeping) and answers [] when
   none came; an `offset` acknowledges (forgets) every update below it; 409 while a webhook is set;
@@ -308,6 +309,8 @@ class FakeTelegram:
         self.commands: list[dict[str, Any]] = []
         self.webhook_url = ""
         self.webhook_secret: str | None = None
+        # What getWebhookInfo reports as Telegram's last failed delivery: (unix time, message).
+        self.webhook_error: tuple[int, str] | None = None
         self.files: dict[str, dict[str, Any]] = {}
         self.url = ""
         self.polls_waiting = 0
@@ -605,7 +608,11 @@ class FakeTelegram:
         return _ok(True)
 
     async def _m_getWebhookInfo(self, _r: web.Request, _p: dict[str, Any]) -> web.Response:
-        return _ok({"url": self.webhook_url, "has_custom_certificate": False, "pending_update_count": 0})
+        info: dict[str, Any] = {"url": self.webhook_url, "has_custom_certificate": False}
+        info["pending_update_count"] = len(self._updates)
+        if self.webhook_error is not None:
+            info["last_error_date"], info["last_error_message"] = self.webhook_error
+        return _ok(info)
 
     async def _m_setMyCommands(self, _r: web.Request, params: dict[str, Any]) -> web.Response:
         commands = params.get("commands")

@@ -1,12 +1,18 @@
 """`clawgate doctor [--json]`, run as a process against real config files and databases: a fresh data
 dir, local and remote embeddings (never loaded), coverage as memories and vectors are written, a
-model without a calibrated floor, a database behind or ahead of the code, a broken config."""
+model without a calibrated floor, a database behind or ahead of the code, a broken config. Then the
+network checks against the local fakes: every channel and model healthy, refused tokens, platforms
+that do not answer (within --timeout), models that refuse the key, are unknown, hang or are down."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,12 +20,21 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from aiohttp import web
 from sqlalchemy import insert, text
 from sqlalchemy.engine import Connection
 
 from gateway import doctor
 from gateway.doctor import Context
+from gateway.server import add_ops_routes, build_app
 from tests.cli import REPO, run_cli
+from tests.fakes.discord import FakeDiscord
+from tests.fakes.llm import Fail, FakeLLM, Hang
+from tests.fakes.serve import serve_loopback
+from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import Hang as SlackHang
+from tests.fakes.telegram import FakeTelegram
+from tests.fakes.telegram import Hang as TelegramHang
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -47,14 +62,27 @@ PROBE = (
 def _config(tmp_path: Path, **memory: Any) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(
-        yaml.safe_dump({"storage": {"data_dir": str(tmp_path / "data")}, "users": {"alice": {"roles": ["user"]}}})
+        yaml.safe_dump(
+            {
+                "storage": {"data_dir": str(tmp_path / "data")},
+                "users": {"alice": {"roles": ["user"]}},
+                "channels": {"web": {"port": 0}},  # port 0: the check never depends on what else runs here
+            }
+        )
         + (yaml.safe_dump({"memory": memory}) if memory else "")
     )
     return path
 
 
-async def _doctor(config: Path, **env: str) -> tuple[int, dict[str, Any], str]:
-    """(exit code, checks by name, stderr) of `doctor --json`, run through PROBE."""
+async def _doctor(config: Path, *args: str, **env: str) -> tuple[int, dict[str, Any], str]:
+    """(exit code, checks by name, stderr) of `doctor --json ARGS`, run through PROBE."""
+    rc, out, err = await _doctor_raw(config, "--json", *args, **env)
+    report = json.loads(out)
+    assert report["ok"] is (rc == 0)
+    return rc, {c["name"]: c for c in report["checks"]}, err
+
+
+async def _doctor_raw(config: Path, *args: str, **env: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -62,16 +90,14 @@ async def _doctor(config: Path, **env: str) -> tuple[int, dict[str, Any], str]:
         "--config",
         str(config),
         "doctor",
-        "--json",
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={"PYTHONPATH": str(REPO), "CLAWGATE_CACHE_DIR": str(config.parent / "cache"), **env},
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
-    report = json.loads(out)
-    assert report["ok"] is (proc.returncode == 0)
-    return proc.returncode, {c["name"]: c for c in report["checks"]}, err.decode()
+    return proc.returncode, out.decode(), err.decode()
 
 
 def _row(table: str, name: str) -> str:
@@ -160,6 +186,7 @@ async def test_a_fresh_data_dir_with_keyword_search_only(tmp_path: Path) -> None
     lines = table.splitlines()
     assert lines[0].split() == ["CHECK", "STATUS", "DETAIL"]
     names = ["config", "database", "disk", "embeddings", "recall floor", "vector coverage", "other models"]
+    names += ["channel web", "model"]
     rows = [_row(table, name) for name in names]
     status_at, detail_at = lines[0].index("STATUS"), lines[0].index("DETAIL")
     for row in rows:  # aligned columns
@@ -185,7 +212,14 @@ async def test_a_fresh_data_dir_with_keyword_search_only(tmp_path: Path) -> None
         "recall floor": "skip",
         "vector coverage": "skip",
         "other models": "skip",
+        "channel web": "ok",
+        "model": "warn",
     }
+    assert checks["channel web"]["detail"] == (
+        "127.0.0.1, port 0: a free port is picked at each start; "
+        "0 user(s) with tokens, visitors on this machine chat as 'local'"
+    )
+    assert checks["model"]["hint"].startswith("set ai.model")
     disk = checks["disk"]
     assert disk["data"]["free_bytes"] > 0 and disk["status"] == (
         "ok" if disk["data"]["free_bytes"] >= 1 << 30 else "warn" if disk["data"]["free_bytes"] >= 100 << 20 else "fail"
@@ -333,7 +367,9 @@ async def test_a_broken_config_lists_every_problem_and_skips_the_rest(tmp_path: 
         assert any(line.strip().startswith(f"- {problem}") for line in out.splitlines()), problem
     for name in ("database", "disk", "embeddings", "recall floor", "vector coverage", "other models"):
         assert f"skipped: {config} did not load" in _row(out, name)
-    assert out.splitlines()[-1] == "1 fail, 6 skip: something failed"
+    for name in ("channels", "models"):  # one row each: which there are is not known
+        assert f"skipped: {config} did not load" in _row(out, name)
+    assert out.splitlines()[-1] == "1 fail, 8 skip: something failed"
 
     rc, checks, _ = await _doctor(config)
     assert rc == 1
@@ -374,3 +410,273 @@ async def test_without_onnxruntime_auto_says_numpy_and_onnx_fails(
     by_name = {r.name: r for r in await doctor.run_checks(Context(config))}
     assert by_name["embeddings"].status == status
     assert by_name["embeddings"].detail.endswith(f"{ends} (onnxruntime is not installed)")
+
+
+# --- channels and models, against the local fakes ------------------------------------------------
+
+LLM_KEY = "sk-doctor-test-key-0000000000"
+HOOK = "https://bot.example.com/telegram/telegram"
+
+
+@dataclass
+class Platforms:
+    tg: FakeTelegram
+    discord: FakeDiscord
+    slack: FakeSlack
+    llm: FakeLLM
+    gateway_port: int  # a port where a gateway's /healthz answers, as when one runs
+
+
+@pytest.fixture
+async def platforms() -> AsyncIterator[Platforms]:
+    async def ready() -> tuple[bool, dict[str, object]]:
+        return True, {}
+
+    app = build_app(64 * 1024)
+    add_ops_routes(app, ready=ready, metrics=lambda: b"")  # the gateway's own ops routes
+    runner, url = await serve_loopback(app)
+    fakes = (await FakeTelegram().start(), await FakeDiscord().start(), await FakeSlack().start())
+    llm = await FakeLLM().start()
+    yield Platforms(*fakes, llm, int(url.rsplit(":", 1)[1]))
+    for fake in (*fakes, llm):
+        await fake.stop()
+    await runner.cleanup()
+
+
+def _write(tmp_path: Path, channels: dict[str, Any], ai: dict[str, Any] | None = None) -> Path:
+    path = tmp_path / "config.yaml"
+    data: dict[str, Any] = {"storage": {"data_dir": str(tmp_path / "data")}, "channels": channels}
+    path.write_text(yaml.safe_dump(data | ({"ai": ai} if ai else {}), sort_keys=False))
+    return path
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (connections to it are refused at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_healthy_deployment_passes_every_channel_and_model_check(tmp_path: Path, platforms: Platforms) -> None:
+    tg, discord, slack, llm = platforms.tg, platforms.discord, platforms.slack, platforms.llm
+    tg.webhook_url = HOOK  # as the running gateway registered it
+    telegram = {"token": tg.token, "api_base_url": tg.api_base_url}
+    slack_api = {"bot_token": slack.bot_token, "api_base_url": slack.api_base}
+    config = _write(
+        tmp_path,
+        {
+            "web": {"host": "127.0.0.1", "port": platforms.gateway_port},
+            "telegram": telegram | {"mode": "webhook", "webhook_url": HOOK, "webhook_secret": "s" * 16},
+            "helpdesk": telegram | {"type": "telegram"},  # polling
+            "discord": {"token": discord.token, "api_base_url": discord.api_base, "gateway_url": discord.gateway_url},
+            "slack": slack_api | {"app_token": slack.app_token},
+            "events": slack_api | {"type": "slack", "mode": "http", "signing_secret": slack.signing_secret},
+        },
+        {
+            "model": "openai/fake-model",
+            "fallback": ["openai/fake-backup"],
+            "api_base": llm.api_base,
+            "api_key": LLM_KEY,
+        },
+    )
+    results = await doctor.run_checks(Context(config))
+    out, table = doctor.render_json(results, config), doctor.render_table(results)
+    assert not doctor.failed(results), table
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    network = {name: c for name, c in checks.items() if name.startswith(("channel ", "model "))}
+    assert list(network) == [
+        "channel web",
+        "channel telegram",
+        "channel helpdesk (telegram)",
+        "channel discord",
+        "channel slack",
+        "channel events (slack)",
+        "model openai/fake-model",
+        "model openai/fake-backup",
+    ]
+    assert {c["status"] for c in network.values()} == {"ok"}, network
+    port = platforms.gateway_port
+    assert network["channel web"]["detail"].startswith(f"127.0.0.1:{port} is served by a running gateway")
+    assert network["channel telegram"]["detail"] == (
+        f"@clawgate_test_bot (Clawgate Test, id 7000001), webhook {HOOK}, 0 update(s) waiting"
+    )
+    assert network["channel helpdesk (telegram)"]["detail"].endswith(", polling")
+    assert network["channel discord"]["detail"] == (
+        f"clawgate (id 1100000000000000001); gateway {discord.gateway_url} reachable; "
+        "1 shard(s) recommended, 1 configured; 999/1,000 session starts left today"
+    )
+    assert network["channel slack"]["detail"].startswith("team Fake Team (T0FAKE), bot @clawbot (U0BOT); socket mode")
+    assert network["channel events (slack)"]["data"]["mode"] == "http"
+    assert network["model openai/fake-model"]["detail"].startswith("answered in ")
+    assert network["model openai/fake-model"]["data"]["configured_at"] == "ai.model"
+    assert network["model openai/fake-backup"]["data"]["configured_at"] == "ai.fallback[0]"
+    for secret in (tg.token, discord.token, slack.bot_token, slack.app_token, slack.signing_secret, LLM_KEY):
+        assert secret not in out and secret not in table
+
+    # It only read: one token asked of each model, no webhook changed, no session or socket opened.
+    assert sorted(r["model"] for r in llm.requests) == ["fake-backup", "fake-model"]
+    assert all(r.get("max_tokens") == 1 or r.get("max_completion_tokens") == 1 for r in llm.requests)
+    assert sorted(c.method for c in tg.calls) == ["getMe", "getMe", "getWebhookInfo"]
+    assert tg.webhook_url == HOOK
+    assert {c.path for c in discord.journal} == {"/users/@me", "/gateway/bot"}  # no websocket, no IDENTIFY
+    assert [c.method for c in slack.calls].count("apps.connections.open") == 1 and slack.hellos == 0
+
+
+async def test_refused_tokens_fail_with_a_fix_and_are_never_shown(tmp_path: Path, platforms: Platforms) -> None:
+    tg, discord, slack = platforms.tg, platforms.discord, platforms.slack
+    wrong = {
+        "telegram": "7000001:AAWrongTokenWrongTokenWrongToken00",
+        "discord": "wrong-discord-token.0123456789",
+        "slack": "xapp-1-A0FAKE-0000-wrong-app-token",
+        "slack_bot": "xoxb-0000000000-wrong-bot-token",
+    }
+    config = _write(
+        tmp_path,
+        {
+            "web": {"port": 0},
+            "telegram": {"token": "${TELEGRAM_TOKEN}", "api_base_url": tg.api_base_url},
+            "discord": {"token": wrong["discord"], "api_base_url": discord.api_base},
+            "slack": {"bot_token": slack.bot_token, "app_token": wrong["slack"], "api_base_url": slack.api_base},
+            "other": {"type": "slack", "bot_token": wrong["slack_bot"], "app_token": slack.app_token}
+            | {"api_base_url": slack.api_base},
+        },
+    )
+    rc, out, err = await _doctor_raw(config, "--json", TELEGRAM_TOKEN=wrong["telegram"])
+    assert rc == 1, out + err
+    by_name = {c["name"]: c for c in json.loads(out)["checks"]}
+    telegram = by_name["channel telegram"]
+    assert (telegram["status"], telegram["detail"]) == ("fail", "Telegram refused the token (401)")
+    assert telegram["hint"] == (
+        "create a new token with @BotFather (/token) and set channels.telegram.token (from $TELEGRAM_TOKEN)"
+    )
+    assert by_name["channel discord"]["detail"] == "Discord refused the token (401)"
+    assert "Discord Developer Portal" in by_name["channel discord"]["hint"]
+    app = by_name["channel slack"]
+    assert app["detail"] == "Slack refused the app-level token (xapp-...): apps.connections.open said invalid_auth"
+    assert "App-Level Tokens" in app["hint"] and "channels.slack.app_token" in app["hint"]
+    bot = by_name["channel other (slack)"]
+    assert bot["detail"] == "Slack refused the bot token (xoxb-...): auth.test said invalid_auth"
+    assert "channels.other.bot_token" in bot["hint"]
+    for token in wrong.values():
+        assert token not in out and token not in err
+    assert "imported: nothing heavy" in err  # no model configured: LiteLLM stays out
+
+
+async def test_platforms_that_do_not_answer_fail_within_the_timeout(tmp_path: Path, platforms: Platforms) -> None:
+    tg, slack = platforms.tg, platforms.slack
+    tg.fail_next("getMe", TelegramHang())
+    slack.fail_next("auth.test", SlackHang())
+    other, other_url = await serve_loopback(web.Application())  # some program on the web port
+    refused = f"http://127.0.0.1:{_closed_port()}/api/v10"
+    config = _write(
+        tmp_path,
+        {
+            "web": {"host": "127.0.0.1", "port": int(other_url.rsplit(":", 1)[1])},
+            "telegram": {"token": tg.token, "api_base_url": tg.api_base_url},
+            "discord": {"token": platforms.discord.token, "api_base_url": refused},
+            "slack": {"bot_token": slack.bot_token, "app_token": slack.app_token, "api_base_url": slack.api_base},
+        },
+    )
+    try:
+        started = time.perf_counter()
+        results = await doctor.run_checks(Context(config, timeout=0.5))
+        elapsed = time.perf_counter() - started
+        offline = {r.name: r for r in await doctor.run_checks(Context(config, offline=True))}
+    finally:
+        await other.cleanup()
+    by_name = {r.name: r for r in results}
+    assert elapsed < 4, elapsed  # 0.5 s each, all at once (the local checks take the rest)
+    assert by_name["channel telegram"].detail == f"no answer from {tg.api_base_url} within 0.5 s"
+    assert "clawgate doctor --timeout SECONDS" in str(by_name["channel telegram"].hint)
+    assert by_name["channel slack"].detail == f"no answer from {slack.api_base} within 0.5 s"
+    discord = by_name["channel discord"]
+    assert discord.status == "fail" and discord.detail.startswith(f"cannot reach {refused}: ClientConnectorError")
+    assert discord.hint == "check channels.discord.api_base_url, the network and any proxy"
+    webcheck = by_name["channel web"]
+    assert webcheck.status == "fail" and "is taken by another program (GET /healthz answered 404" in webcheck.detail
+    assert webcheck.hint == "stop that program, or set channels.web.port to a free port"
+
+    for name in ("channel telegram", "channel discord", "channel slack"):
+        assert offline[name].status == "skip" and "--offline" in offline[name].detail
+    assert offline["channel web"].status == "fail"  # local: checked offline too
+
+
+async def test_models_that_refuse_the_key_are_unknown_hang_or_are_down(
+    tmp_path: Path, platforms: Platforms, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm = platforms.llm
+    llm.script(Fail(401, "Incorrect API key provided"), model="refused")
+    llm.script(Fail(404, "The model does not exist"), model="missing")
+    llm.script(Hang(), model="slow")
+    monkeypatch.setenv("LLM_KEY", LLM_KEY)
+    ai = {"model": "openai/fake-model", "api_base": llm.api_base, "api_key": "${LLM_KEY}"}
+    config = _write(
+        tmp_path, {"web": {"port": 0}}, ai | {"fallback": ["openai/refused", "openai/missing", "openai/slow"]}
+    )
+    results = await doctor.run_checks(Context(config, timeout=1))
+    models = {r.name: r for r in results if r.name.startswith("model ")}
+    assert {n: r.status for n, r in models.items()} == {
+        "model openai/fake-model": "ok",
+        "model openai/refused": "fail",
+        "model openai/missing": "fail",
+        "model openai/slow": "fail",
+    }
+    refused = models["model openai/refused"]
+    assert refused.detail == "the provider refused the API key (401)"
+    assert refused.hint == "check ai.api_key (from $LLM_KEY)"
+    assert refused.data["kind"] == "auth"
+    missing = models["model openai/missing"]
+    assert missing.detail == "the provider does not know this model (404)"
+    assert missing.hint is not None and missing.hint.startswith("check ai.fallback[1]:")
+    slow = models["model openai/slow"]
+    assert slow.detail == f"no answer from {llm.api_base} within 1 s" and slow.data["kind"] == "timeout"
+    assert LLM_KEY not in doctor.render_table(results) + doctor.render_json(results, config)
+
+    # A server that is down, and a provider whose key is nowhere: told apart, the key named.
+    monkeypatch.setenv("OPENAI_API_KEY", LLM_KEY)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    down = f"http://127.0.0.1:{_closed_port()}/v1"
+    config = _write(tmp_path, {"web": {"port": 0}}, {"model": "openai/fake-model", "api_base": down})
+    config.write_text(config.read_text() + "agents:\n  list: [{name: a}, {name: b, model: anthropic/claude-x}]\n")
+    models = {r.name: r for r in await doctor.run_checks(Context(config, timeout=1)) if r.name.startswith("model ")}
+    assert models["model openai/fake-model"].detail == f"cannot reach {down}"
+    assert models["model openai/fake-model"].data["kind"] == "connection"
+    claude = models["model anthropic/claude-x"]
+    assert claude.status == "fail" and claude.data["configured_at"] == "agents.list[1].model"
+    assert claude.hint == "set ANTHROPIC_API_KEY in the gateway's environment, or ai.api_key"
+
+
+async def test_telegram_webhook_trouble_is_a_warning_with_what_telegram_says(
+    tmp_path: Path, platforms: Platforms
+) -> None:
+    tg = platforms.tg
+    telegram = {"token": tg.token, "api_base_url": tg.api_base_url, "mode": "webhook", "webhook_secret": "s" * 16}
+    config = _write(tmp_path, {"web": {"port": 0}, "telegram": telegram | {"webhook_url": HOOK}})
+
+    async def check() -> doctor.Result:
+        return next(r for r in await doctor.run_checks(Context(config)) if r.name == "channel telegram")
+
+    tg.webhook_url = "https://old.example.com/telegram/telegram"  # another deployment took it over
+    await tg.dm("hello")
+    found = await check()
+    assert found.status == "warn"
+    assert found.detail.endswith(
+        f"Telegram delivers to {tg.webhook_url}, not to channels.telegram.webhook_url {HOOK}, 1 update(s) waiting"
+    )
+    assert found.hint is not None and found.hint.startswith("another deployment of this bot set it")
+
+    tg.webhook_url = HOOK
+    tg.webhook_error = (1_767_268_800, "Wrong response from the webhook: 502 Bad Gateway")
+    found = await check()
+    assert found.status == "warn" and found.detail.endswith(
+        "Telegram's last delivery failed: Wrong response from the webhook: 502 Bad Gateway (at 2026-01-01 12:00 UTC)"
+    )
+    assert found.data["last_error"] == "Wrong response from the webhook: 502 Bad Gateway"
+    assert found.hint == f"check that {HOOK} is reachable from the internet with a valid certificate"
+
+    tg.webhook_url = ""  # not set yet: the gateway sets it when it starts
+    found = await check()
+    assert (
+        found.status == "warn"
+        and found.hint == f"start the gateway: it registers {HOOK} (Telegram delivers nothing until then)"
+    )

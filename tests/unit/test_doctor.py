@@ -153,6 +153,7 @@ async def test_memory_off_and_a_local_model_that_cannot_run(tmp_path: Path) -> N
     config = tmp_path / "config.yaml"
     config.write_text(
         f"storage: {{data_dir: {tmp_path / 'data'}}}\nmemory: {{enabled: false, search: {{provider: local}}}}\n"
+        "channels: {web: {port: 0}}\n"
     )
     by_name = {r.name: r for r in await doctor.run_checks(Context(config))}
     assert by_name["embeddings"].status == "info" and by_name["embeddings"].detail.startswith("memory is off")
@@ -160,6 +161,7 @@ async def test_memory_off_and_a_local_model_that_cannot_run(tmp_path: Path) -> N
 
     config.write_text(
         f"storage: {{data_dir: {tmp_path / 'data'}}}\nmemory: {{search: {{provider: local, model: BAAI/bge-small}}}}\n"
+        "channels: {web: {port: 0}}\n"
     )
     results = await doctor.run_checks(Context(config))
     by_name = {r.name: r for r in results}
