@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 Runner = Literal["auto", "thread", "async"]
+MIGRATION_LOCK = 0x636C6177  # "claw": the advisory lock key schema migrations take on PostgreSQL
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
@@ -82,7 +83,15 @@ def _current(connection: Connection) -> tuple[str | None, str | None]:
     return current, head
 
 
-def _migrate(connection: Connection) -> None:
+def migrate_in(connection: Connection) -> None:
+    """Bring the schema of the database behind `connection` to the newest revision, inside the
+    caller's transaction (Database.migrate, and migrate-storage's all-or-nothing copy).
+
+    On PostgreSQL, instances starting together take turns (a transaction-scoped advisory lock):
+    the first migrates, the others then find the schema current. Without it two would create the
+    same tables at once and one would fail its start."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
     current, head = _current(connection)
     if current != head:
         _upgrade(connection)
@@ -163,7 +172,7 @@ class Database:
 
     async def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent)."""
-        await self.write(_migrate)
+        await self.write(migrate_in)
 
     async def revision(self) -> tuple[str | None, str | None]:
         """(current, head) schema revisions."""

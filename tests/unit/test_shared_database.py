@@ -3,7 +3,10 @@ process caches must not hide what the other wrote."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import update
@@ -13,6 +16,8 @@ from memory.schema import users
 from memory.sessions import Message
 from memory.storage import Storage
 from tests.postgres import fresh_database_url
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -58,3 +63,22 @@ async def test_identity_changes_made_elsewhere_show_within_the_cache_time(
     assert (await a.identities.resolve("telegram:1")).roles == ("user",)  # cached for a moment
     monkeypatch.setattr(type(a.identities), "SHARED_CACHE_SECONDS", 0.0)
     assert (await a.identities.resolve("telegram:1")).roles == ("admin",)
+
+
+async def test_instances_starting_together_migrate_one_after_another() -> None:
+    # Separate processes (Alembic's context is global to one): without the migration lock, two
+    # would create the same tables at once and one of them would fail its start.
+    url = fresh_database_url()
+    code = "import asyncio, sys; from memory.db import Database; asyncio.run(Database(sys.argv[1]).migrate())"
+    procs = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", code, url, cwd=REPO, stderr=asyncio.subprocess.PIPE)
+        for _ in range(3)
+    ]
+    results = [await p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err.decode()[-2000:] for _, err in results]
+    db = Database(url)
+    try:
+        current, head = await db.revision()
+    finally:
+        await db.close()
+    assert current == head
