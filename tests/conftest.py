@@ -41,6 +41,11 @@ async def fake_llm() -> AsyncIterator[FakeLLM]:
 
 
 def make_config(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> Config:
+    return parse_config(config_data(tmp_path, fake, **overrides), "test-config", env={})
+
+
+def config_data(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> dict[str, Any]:
+    """The tests' config.yaml as data: `overrides` set dotted__keys (`storage__data_dir=...`)."""
     data: dict[str, Any] = {
         "ai": {
             "model": "openai/fake-model",
@@ -66,7 +71,7 @@ def make_config(tmp_path: Path, fake: FakeLLM | None, **overrides: Any) -> Confi
         for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
-    return parse_config(data, "test-config", env={})
+    return data
 
 
 @pytest.fixture

@@ -23,32 +23,11 @@ from gateway.config_load import load_config, parse_config
 from gateway.logs import redactor
 from gateway.reload import plan_reload
 from memory.storage import Storage
-from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth, say
+from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth, config_data, say
 from tests.fakes.llm import FakeLLM, Gate, Hang, Reply, ToolCall
 from tests.waits import until
 
 TELEGRAM_TOKEN = "123456:AAbbCCddEEffGGhhIIjjKKllMMnnOOppQQ"
-
-
-def base(tmp_path: Path, fake: FakeLLM) -> dict[str, Any]:
-    return {
-        "ai": {
-            "model": "openai/fake-model",
-            "api_base": fake.api_base,
-            "api_key": "sk-test-not-a-real-key-000000",
-            "retries": 1,
-            "retry_backoff_seconds": 0.01,
-            "timeout_seconds": 5,
-        },
-        "storage": {"data_dir": str(tmp_path / "data")},
-        "channels": {"web": {"host": "127.0.0.1", "port": 0}},
-        "users": {
-            "alice": {"tokens": [ALICE_TOKEN]},
-            "bob": {"tokens": [BOB_TOKEN]},
-            "root": {"roles": ["admin"], "tokens": [ROOT_TOKEN]},
-        },
-        "memory": {"merge": {"enabled": False}},
-    }
 
 
 def write(path: Path, data: dict[str, Any] | str, *, rename: bool = False) -> None:
@@ -65,7 +44,7 @@ def write(path: Path, data: dict[str, Any] | str, *, rename: bool = False) -> No
 class World:
     def __init__(self, tmp_path: Path, fake: FakeLLM) -> None:
         self.path = tmp_path / "config.yaml"
-        self.data = base(tmp_path, fake)
+        self.data = config_data(tmp_path, fake)
         self.fake = fake
         self.gw: Gateway | None = None
         self.stop_at_end = True  # false: run_until_signal stops it
