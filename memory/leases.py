@@ -5,8 +5,9 @@ PostgreSQL also need a claim everybody can see: a row in `session_leases` naming
 random token per acquisition) until `expires_at`. Nothing holds a database connection while a turn
 runs, so a thousand busy sessions cost a thousand rows, not a thousand connections.
 
-- Acquire: insert the row, or take it over when it is free (holder NULL) or expired. Both are one
-  statement the database applies atomically, so two instances can never both succeed.
+- Acquire: insert the row, or take it over when it is free (holder NULL) or expired: one
+  `INSERT … ON CONFLICT DO UPDATE … WHERE` the database applies atomically, so two instances can
+  never both succeed.
 - While held, the lease is renewed every quarter of its length; an instance that dies stops renewing
   and its sessions are free again one lease length later (default 30 s).
 - Waiting for a lease held by another instance polls with backoff (20 ms up to 0.5 s). Local
@@ -25,7 +26,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import Insert, insert, or_, update
+from sqlalchemy import or_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -42,25 +43,15 @@ MAX_POLL = 0.5
 
 
 def _acquire(conn: Connection, key: str, holder: str, instance: str, now: datetime, until: datetime) -> bool:
-    values = {"session_key": key, "holder": holder, "instance": instance, "expires_at": until}
-    statement: Insert
-    if conn.dialect.name == "postgresql":
-        statement = pg_insert(session_leases).values(**values).on_conflict_do_nothing()
-    elif conn.dialect.name == "sqlite":
-        statement = sqlite_insert(session_leases).values(**values).on_conflict_do_nothing()
-    else:  # pragma: no cover - only SQLite and PostgreSQL are supported
-        statement = insert(session_leases).values(**values)
-    if conn.execute(statement).rowcount == 1:
-        return True
-    taken = conn.execute(
-        update(session_leases)
-        .where(
-            session_leases.c.session_key == key,
-            or_(session_leases.c.holder.is_(None), session_leases.c.expires_at < now),
-        )
-        .values(holder=holder, instance=instance, expires_at=until)
+    """One statement: insert the lease, or take over a free or expired one; whether it worked."""
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    new = insert(session_leases).values(session_key=key, holder=holder, instance=instance, expires_at=until)
+    statement = new.on_conflict_do_update(
+        index_elements=[session_leases.c.session_key],
+        set_={"holder": holder, "instance": instance, "expires_at": until},
+        where=or_(session_leases.c.holder.is_(None), session_leases.c.expires_at < now),
     )
-    return taken.rowcount == 1
+    return conn.execute(statement).rowcount == 1
 
 
 def _renew(conn: Connection, key: str, holder: str, until: datetime) -> bool:

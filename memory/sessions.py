@@ -242,14 +242,26 @@ def _history(conn: Connection, key: str, limit: int) -> list[Message]:
     ]
 
 
-def _fingerprint(conn: Connection, session_id: int) -> tuple[bool, int, int | None, int] | None:
+def _newer(conn: Connection, state: SessionState) -> tuple[list[Message], int] | None:
+    """What another instance appended to a cached session since: its new messages, oldest first
+    ([] when nothing changed), with the session's token count; or None when the session changed
+    otherwise (ended, pruned, summarized, another audience) and must be read again whole."""
     row = conn.execute(
-        select(sessions.c.ended_at, sessions.c.message_count, sessions.c.summaries).where(sessions.c.id == session_id)
+        select(sessions.c.ended_at, sessions.c.message_count, sessions.c.token_count, sessions.c.summaries)
+        .add_columns(sessions.c.audience)
+        .where(sessions.c.id == state.id)
     ).first()
-    if row is None:
+    if row is None or row.ended_at is not None or int(row.summaries or 0) != state.summaries:
         return None
-    last = conn.execute(select(func.max(messages.c.id)).where(messages.c.session_id == session_id)).scalar()
-    return (row.ended_at is None, int(row.message_count), last, int(row.summaries or 0))
+    if row.audience != state.audience:
+        return None
+    last = state.recent[-1].id if state.recent else 0
+    rows = conn.execute(
+        select(messages).where(messages.c.session_id == state.id, messages.c.id > (last or 0)).order_by(messages.c.id)
+    ).all()
+    if int(row.message_count) != state.message_count + len(rows):
+        return None  # some went too (pruned without a summary): read it again whole
+    return [_message(r) for r in rows], int(row.token_count)
 
 
 class SessionStore:
@@ -257,18 +269,23 @@ class SessionStore:
         self._db = db
         self._active: dict[str, SessionState] = {}
 
-    async def _still_current(self, state: SessionState) -> bool:
-        """Whether a cached session is still what the database holds. Only asked when other
-        instances share the database: an append, prune or reset there changes the message count,
-        the newest message id, the summary count or the end."""
-        last = state.recent[-1].id if state.recent else None
-        return await self._db.read(_fingerprint, state.id) == (True, state.message_count, last, state.summaries)
+    async def _caught_up(self, state: SessionState) -> bool:
+        """Bring a cached session up to what the database holds, when other instances share it: the
+        messages they appended are added (the usual case: they answered the last turn); False when
+        it changed otherwise and must be read again whole."""
+        found = await self._db.read(_newer, state)
+        if found is None:
+            return False
+        newer, state.token_count = found
+        state.recent.extend(newer)
+        state.message_count += len(newer)
+        return True
 
     async def active(self, key: str, agent: str, user_id: str | None, audience: str | None = None) -> SessionState:
         """The open session of `key` (created when there is none). `audience`, when given, is
         recorded on the session (it decides what may be flushed and found later)."""
         state = self._active.get(key)
-        if state is not None and self._db.shared and not await self._still_current(state):
+        if state is not None and self._db.shared and not await self._caught_up(state):
             state = None
         if state is None:
             state = await self._db.write(self._open, key, agent, user_id, audience or "personal")

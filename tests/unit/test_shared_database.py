@@ -44,9 +44,15 @@ async def test_a_cached_session_sees_the_other_instances_turns(pair: tuple[Stora
     await b.sessions.append(on_b, [Message("user", "two"), Message("assistant", "2")])
 
     again = await a.sessions.active("tg:1", "main", "alice")
+    assert again is on_a  # caught up with what B appended, not read again whole
     assert [m.content for m in again.recent] == ["one", "1", "two", "2"]
-    assert again.message_count == 4
-    assert await a.sessions.active("tg:1", "main", "alice") is again  # unchanged: the cache is used
+    assert again.message_count == 4 and again.token_count == on_b.token_count
+
+    await b.sessions.archive(on_b, on_b.recent[1].id or 0, "budget", summary="they counted", summary_tokens=3)
+    pruned = await a.sessions.active("tg:1", "main", "alice")  # summarized there: read again whole
+    assert pruned is not on_a
+    assert [m.content for m in pruned.recent] == ["two", "2"] and pruned.summary == "they counted"
+    assert await a.sessions.active("tg:1", "main", "alice") is pruned  # unchanged: the cache is used
 
     fresh, _ = await b.sessions.reset("tg:1", "main", "alice")  # /new on the other instance
     after = await a.sessions.active("tg:1", "main", "alice")
