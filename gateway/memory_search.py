@@ -22,7 +22,7 @@ from gateway.recall import TurnRecall
 from memory.embeddings import Embedder
 from memory.policy import Actor
 from memory.storage import Storage
-from memory.vectors import VectorIndex, VectorStore
+from memory.vectors import DatabaseIndex, VectorIndex, VectorStore
 
 # A turn gives up on the query's embedding after memory.recall.query_embedding_budget_ms and goes
 # lexical; a search at the shell waits for it, so the ranking does not depend on the machine's load.
@@ -43,7 +43,7 @@ class RecordSearch:
         self.settings = replace(turn, query_timeout_ms=max(turn.query_timeout_ms, SHELL_QUERY_BUDGET_MS))
 
     @property
-    def index(self) -> VectorIndex | None:
+    def index(self) -> VectorIndex | DatabaseIndex | None:
         return self.recall.index
 
     @classmethod

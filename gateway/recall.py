@@ -4,7 +4,9 @@ and handed to the prompt as sections under the memory budget. Once per turn, bef
 the tool loop reuses the same system prompt. Many turns recall nothing: that is normal.
 
 Embeddings never run on the reply path except for the query: a background upkeep embeds what is
-new (records, archive, daily chunks) in batches, and re-embeds everything for a new model id.
+new (records, archive, daily chunks) in batches, and re-embeds everything for a new model id. The
+vector leg searches an in-memory index of every stored vector on SQLite, and the database itself
+(pgvector's HNSW, memory.vectors.DatabaseIndex) on PostgreSQL: chosen by the database URL.
 Every degradation is explicit and logged once per cooldown: no embedder yet or a slow query
 embedding (memory_recall_vector_degraded), items without a vector (memory_recall_coverage_gap), a
 model without a calibrated floor (memory_recall_missing_calibration)."""
@@ -16,7 +18,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -56,7 +58,7 @@ from memory.recall import (
 from memory.records import get_many_in as load_records
 from memory.records import search_in as records_search
 from memory.storage import Storage
-from memory.vectors import VectorIndex, VectorStore, text_hash
+from memory.vectors import DatabaseIndex, Reach, VectorIndex, VectorStore, searched_in_database, text_hash
 
 log = logging.getLogger("clawgate.recall")
 
@@ -122,7 +124,9 @@ class TurnRecall:
         self.embedder = embedder
         self.settings = settings_from(config)
         self.vectors = VectorStore(storage.db)
-        self.index: VectorIndex | None = None  # set once the embedder and the stored vectors are loaded
+        # Set once the embedder is loaded: on SQLite an in-memory index of every stored vector of its
+        # model; on PostgreSQL the database's own (pgvector), nothing loaded.
+        self.index: VectorIndex | DatabaseIndex | None = None
         # Who may see an indexed item is its group (see _group); archived messages are visible by
         # session key, or to the session's owner in their DMs: owner -> their session keys.
         self._sessions_of: dict[str, set[str]] = {}
@@ -138,12 +142,12 @@ class TurnRecall:
         self._named = Names()  # the same display names, indexed for a query (built once a refresh)
         self._names_read = -math.inf
 
-    # -- background: the embedder, the index, and embedding what is new ----------------------------
-
     def use_config(self, config: Config) -> None:
         """Settings from a config reload (memory.recall); the embedder stays until a restart."""
         self.config = config
         self.settings = settings_from(config)
+
+    # -- background: the embedder, the index, and embedding what is new ----------------------------
 
     def start(self) -> None:
         if self.embedder is not None and self._task is None:
@@ -178,13 +182,21 @@ class TurnRecall:
 
     async def open_index(self) -> None:
         """Load the model and every stored vector of it into the index (grouped by who may see
-        each item). Raises whatever loading the model raises."""
+        each item); on PostgreSQL make the model's HNSW indexes that are missing instead, and search
+        there. Raises whatever loading the model raises."""
         assert self.embedder is not None
         embedder = self.embedder
         started = time.perf_counter()
         load = getattr(embedder, "load", None)
         if load is not None:
             await load()
+        if searched_in_database(self.storage.db):
+            await self.vectors.prepare(embedder.model_id)
+            self.index = DatabaseIndex(self.vectors, embedder.model_id)
+            stored = (await self.vectors.models()).get(embedder.model_id, 0)
+            ms = (time.perf_counter() - started) * 1000
+            event(log, "embeddings_ready", model=embedder.model_id, vectors=stored, searched="database", ms=ms)
+            return
         index = VectorIndex(embedder.model_id, embedder.dim or None)
         self._groups_checked = utcnow()
         await index.load(self.vectors)
@@ -250,8 +262,9 @@ class TurnRecall:
             vecs = await self.embedder.embed_documents([text for _, text in batch])
             rows = [(item_id, text_hash(text), vecs[i]) for i, (item_id, text) in enumerate(batch)]
             await self.vectors.upsert(kind, rows, self.embedder.model_id)
-            self.index.add_many([(kind, item_id, vec) for item_id, _digest, vec in rows])
-            await self._place(self.index, [(kind, item_id) for item_id, _digest, _vec in rows])
+            if isinstance(self.index, VectorIndex):  # the database's index follows its rows by itself
+                self.index.add_many([(kind, item_id, vec) for item_id, _digest, vec in rows])
+                await self._place(self.index, [(kind, item_id) for item_id, _digest, _vec in rows])
             done += len(rows)
         return done
 
@@ -273,8 +286,9 @@ class TurnRecall:
         return group
 
     async def _regroup_changed_records(self) -> None:
-        """A record's scope can be narrowed after it was embedded (review): move it to its new group."""
-        if self.index is None:
+        """A record's scope can be narrowed after it was embedded (review): move it to its new group.
+        (The database's index needs none of this: its search reads each record's scope as it is.)"""
+        if not isinstance(self.index, VectorIndex):
             return
         since, self._groups_checked = self._groups_checked, utcnow()
         changed = await self.vectors.records_changed(since)
@@ -477,15 +491,38 @@ class _Legs:
         if index is None:
             return []
         if only is not None:  # lexical hits and neighbours: already this person's
-            return [((kind, item_id), cos) for kind, item_id, cos in index.search(qvec, len(only), set(only))]
-        # Only the groups this person may see are ranked; the loader then applies the full policy
-        # (status, expiry, review), which can still turn a few away: ask for more until enough pass.
-        groups = self.r.groups(
-            self.scopes, self.daily_scopes, self.include_projects, self.archive_user, self.archive_keys
-        )
-        want = limit + max(8, limit // 4)  # groups already hold only what is theirs: a small margin
+            if isinstance(index, DatabaseIndex):
+                scored = await index.scores(qvec, only)
+            else:
+                scored = index.search(qvec, len(only), set(only))
+            return [((kind, item_id), cos) for kind, item_id, cos in scored]
+        # Only what this person may see is ranked (in memory: the groups they may see; in the
+        # database: the lexical legs' rules, in the same statement); the loader then applies the full
+        # policy (status, expiry, review), which can still turn a few away: ask for more until enough pass.
+        nearest: Callable[[int], Awaitable[Sequence[tuple[str, str, float]]]]
+        if isinstance(index, DatabaseIndex):
+            reach = Reach(
+                tuple(self.scopes),
+                self.include_projects,
+                self.archive_user,
+                tuple(self.archive_keys),
+                tuple(self.daily_scopes),
+            )
+
+            async def nearest(want: int) -> Sequence[tuple[str, str, float]]:
+                return await index.search(qvec, want, reach)
+
+        else:
+            groups = self.r.groups(
+                self.scopes, self.daily_scopes, self.include_projects, self.archive_user, self.archive_keys
+            )
+
+            async def nearest(want: int) -> Sequence[tuple[str, str, float]]:
+                return index.search(qvec, want, groups=groups)
+
+        want = limit + max(8, limit // 4)  # the ranking holds only what is theirs already: a small margin
         while True:
-            raw = index.search(qvec, want, groups=groups)
+            raw = await nearest(want)
             seen = await self.load([(kind, item_id) for kind, item_id, _ in raw])
             found = [((kind, item_id), cos) for kind, item_id, cos in raw if (kind, item_id) in seen]
             if len(found) >= limit or len(raw) < want:

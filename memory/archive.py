@@ -2,9 +2,11 @@
 
 On SQLite the search runs on the FTS5 index `archived_messages_fts` (porter stemming, ranked by
 bm25) and, for CJK text (no spaces between words), on the trigram index `archived_messages_cjk`
-(split_cjk); other databases use a portable LIKE scan until they get an index of their own. Free text
-never reaches FTS5 as syntax: it is cut into word tokens, each one quoted, joined with OR (with AND
-a multi-word question would find nothing).
+(split_cjk). On PostgreSQL it runs on the stored tsvector `words` (migration 0012: English stemming
+and stop words, ranked by ts_rank, as records are) and, for CJK, by LIKE over the messages holding
+CJK letters; other databases use a portable LIKE scan. Free text never reaches either as syntax: it
+is cut into word tokens (letters and digits), joined with OR (with AND a multi-word question would
+find nothing); FTS5 gets each one quoted.
 
 Privacy (DESIGN §5): a person sees the archive of their own sessions and of the conversation they
 are in, never another person's; sessions kept out of memory and public conversations are never
@@ -18,7 +20,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -37,6 +39,7 @@ from sqlalchemy import (
     table,
     text,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql.elements import TextClause
 
@@ -158,11 +161,14 @@ def cjk_query(conn: Connection, cjk_table: str, words: Sequence[str], runs: Sequ
 
 @dataclass(slots=True)
 class _Counts:
-    """What one database's FTS5 tables were found to hold, with when it was counted (monotonic)."""
+    """What one database's FTS5 tables were found to hold, with when it was counted (monotonic);
+    on PostgreSQL, the shares of its most common lexemes and the lexemes of the words asked."""
 
     has_texts: dict[str, tuple[float, bool]]
     rows: dict[str, tuple[float, int]]
     terms: OrderedDict[tuple[str, str], tuple[float, int]]
+    common: dict[str, tuple[float, tuple[float, dict[str, float], float] | None]] = field(default_factory=dict)
+    lexemes: OrderedDict[str, tuple[str, ...]] = field(default_factory=OrderedDict)
 
 
 # Per engine, and weakly: a new engine (a test's, a reopened store) never sees an old one's counts.
@@ -505,11 +511,15 @@ def _plain(by_user: bool, by_keys: bool, fts_table: str = "archived_messages_fts
 
 
 def search_like(
-    conn: Connection, terms: Sequence[str], user_id: str | None, session_keys: Sequence[str], limit: int
+    conn: Connection,
+    terms: Sequence[str],
+    user_id: str | None,
+    session_keys: Sequence[str],
+    limit: int,
+    *also: ColumnElement[bool],
 ) -> list[ArchiveHit]:
-    """Any database: a scan with `lower(content) LIKE %term%`, scored by how many terms match.
-
-    No stemming and no index; good enough until PostgreSQL gets full-text search of its own."""
+    """Any database: a scan with `lower(content) LIKE %term%`, scored by how many terms match; no
+    stemming. `also`: more conditions (PostgreSQL's CJK leg narrows to the messages with CJK text)."""
     content = func.lower(archived_messages.c.content)
     matched = [content.like("%" + _escape_like(t) + "%", escape="\\") for t in terms]
     score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
@@ -517,12 +527,218 @@ def search_like(
     rows = conn.execute(
         select(*_HIT_COLUMNS, score)
         .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
-        .where(or_(*matched), *_visible(by_user, by_keys))
+        .where(or_(*matched), *_visible(by_user, by_keys), *also)
         .order_by(score.desc(), archived_messages.c.id.desc())
         .limit(limit),
         params,
     ).all()
     return [_hit(r, make_snippet(r.content, first_match(r.content, terms)), float(r.score)) for r in rows]
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+# The text search configuration of every query: the one the stored `words` columns are made with
+# (migrations 0010 and 0012).
+PG_LANGUAGE = "english"
+# What a CJK hit of the LIKE leg holding every needle scores: about what ts_rank gives a text that
+# holds every word of the query once, so that neither leg outranks the other by its units alone.
+PG_LIKE_FULL_MATCH = 0.1
+
+
+def pg_tsquery(words: Sequence[str] | None = None, *, param: str = "q") -> ColumnElement[Any]:
+    """`to_tsquery` of any of `words` (None: of the bound parameter `param`, pg_words(words) or a
+    PgWords's). Terms are letters and digits only (query_terms): nothing in them is tsquery syntax."""
+    return postgresql.to_tsquery(PG_LANGUAGE, bindparam(param) if words is None else pg_words(words))
+
+
+def pg_words(words: Sequence[str]) -> str:
+    return " | ".join(words)
+
+
+def pg_cjk_text(table: str) -> ColumnElement[bool]:
+    """The rows of `table` holding CJK letters: the predicate of its partial index `ix_<table>_cjk`."""
+    return literal_column(f"{table}.content ~ '[{CJK_CHARS}]'")
+
+
+def pg_needles(conn: Connection, table: str, words: Sequence[str], runs: Sequence[str]) -> list[str]:
+    """What PostgreSQL's CJK leg looks for by LIKE in `table`: split_cjk's runs, and words that may
+    sit inside CJK text ("Tokyo" in "我在Tokyo工作" is no word of the parser's). The words only when
+    the table holds any CJK text (asked at most once a minute, as cjk_query asks on SQLite), so that
+    an all-English store runs one statement per search, not two."""
+    long_words = [w for w in words if len(w) >= TRIGRAM]
+    if not runs and not (long_words and _pg_has_cjk(conn, table)):
+        return []
+    return [*runs, *long_words]
+
+
+def _pg_has_cjk(conn: Connection, table: str) -> bool:
+    known = _counts(conn).has_texts
+    now = time.monotonic()
+    cached = known.get(table)
+    if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
+        found = conn.execute(text(f"SELECT 1 FROM {table} WHERE {table}.content ~ '[{CJK_CHARS}]' LIMIT 1"))
+        cached = known[table] = (now, found.first() is not None)
+    return cached[1]
+
+
+@dataclass(frozen=True, slots=True)
+class PgWords:
+    """What PostgreSQL's word search asks: a row must hold one of `match`, and is ranked by `rank`."""
+
+    match: str  # OR-joined words: to_tsquery's text
+    rank: str
+
+
+# The word search finds the rows holding any of the rarest words, about this many rows at most, and
+# ranks them by every informative word. ts_rank weighs a common word as much as a rare one (it
+# knows no document frequency), and ranking every row a common word matches is what costs: at
+# 110,000 records a question matched up to 40,000 of them (76 ms median, 242 ms p95 for the records
+# alone); rows holding only commoner words rarely make the top k. With 5,000: 13 / 40 ms, and 89 %
+# of the same top 20 (10,000: 26 / 78 ms, 97 %; measured with benchmarks/pg_recall.py's data).
+PG_MATCH_BUDGET = 5_000
+
+
+def pg_words_for(conn: Connection, table: str, words: Sequence[str]) -> PgWords:
+    """The word search of `table` for `words`, judged on PostgreSQL's own statistics of the stored
+    words (ANALYZE keeps the share of rows holding each of the most common lexemes, and the table's
+    size: no count is run), read at most once a minute. A word is judged by its lexeme (stemmed as
+    PostgreSQL stems it, asked once per word); one without any (a stop word there) is left out, as
+    the search would leave it. Words in more than COMMON_SHARE of the rows are left out of both,
+    as informative_terms does on SQLite, the rarest always kept; of the rest the rarest match, as
+    many as PG_MATCH_BUDGET rows allow (one at least). Without statistics yet, every word does both."""
+    every = pg_words(words)
+    stats = _pg_stats(conn, table)
+    if stats is None or len(words) < 2:
+        return PgWords(every, every)
+    rows, common, rarest = stats
+    lexemes = _pg_lexemes(conn, words)
+    # A word the statistics do not list is in fewer rows than the rarest one they do.
+    shares = sorted((min(common.get(x, rarest) for x in lexemes[w]), w) for w in words if lexemes[w])
+    if not shares:
+        return PgWords(every, every)
+    ranked = [(share, w) for share, w in shares if share <= COMMON_SHARE] or shares[:1]
+    match: list[str] = []
+    total = 0.0
+    for share, w in ranked:
+        if match and (total + share) * rows > PG_MATCH_BUDGET:
+            break
+        match.append(w)
+        total += share
+    return PgWords(pg_words(match), pg_words([w for _, w in ranked]))
+
+
+def _pg_stats(conn: Connection, table: str) -> tuple[float, dict[str, float], float] | None:
+    """(rows, lexeme -> share of the rows holding it for the most common lexemes, the smallest such
+    share) of `table`'s stored words, from pg_stats; None before the table was first analyzed."""
+    known = _counts(conn).common
+    now = time.monotonic()
+    cached = known.get(table)
+    if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
+        row = conn.execute(_PG_STATS, {"table": table, "relation": table}).first()
+        found = None
+        if row is not None and row.elems and row.rows > 0:
+            # The shares come first, then the smallest and the largest of them.
+            shares = {str(k): float(v) for k, v in zip(row.elems, row.shares, strict=False)}
+            found = (float(row.rows), shares, float(row.shares[-2]))
+        cached = known[table] = (now, found)
+    return cached[1]
+
+
+_PG_STATS = text(
+    "SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS shares, "
+    "(SELECT reltuples FROM pg_class WHERE oid = CAST(:relation AS regclass)) AS rows FROM pg_stats "
+    "WHERE schemaname = current_schema() AND tablename = :table AND attname = 'words'"
+)
+_PG_LEXEMES = text(
+    f"SELECT w, tsvector_to_array(to_tsvector('{PG_LANGUAGE}', w)) FROM unnest(CAST(:words AS text[])) AS w"
+)
+
+
+def _pg_lexemes(conn: Connection, words: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    cache = _counts(conn).lexemes
+    missing = [w for w in dict.fromkeys(words) if w not in cache]
+    if missing:
+        for word, found in conn.execute(_PG_LEXEMES, {"words": missing}):
+            cache[word] = tuple(found or ())
+    out = {}
+    for w in words:
+        out[w] = cache.get(w, ())
+        if w in cache:
+            cache.move_to_end(w)
+    while len(cache) > TERM_COUNTS_KEPT:
+        cache.popitem(last=False)
+    return out
+
+
+def pg_like_score(matched: float, needles: int) -> float:
+    """A LIKE hit's score on ts_rank's scale: the share of the needles it holds."""
+    return PG_LIKE_FULL_MATCH * matched / needles
+
+
+_WORDS: ColumnElement[Any] = literal_column("archived_messages.words")  # PostgreSQL only: migration 0012
+# ts_headline marks each match (stemmed, as the search found it) in the whole text; only the first
+# mark's place is used, and the text before it is unchanged.
+_HEADLINE_OPTIONS = f'HighlightAll=true, StartSel={_MARK}, StopSel=""'
+
+
+def search_pg(
+    conn: Connection,
+    terms: Sequence[str],
+    user_id: str | None,
+    session_keys: Sequence[str],
+    limit: int,
+    snippets: bool = True,
+) -> list[ArchiveHit]:
+    """PostgreSQL: its full-text search over the stored words (English stemming and stop words), any
+    term matching, ranked by ts_rank, newest first on ties; CJK runs, which its parser does not split
+    into words, by LIKE over the messages with CJK letters. Scores on the scale of records.search_pg."""
+    words, runs = split_cjk(terms)
+    by_user, by_keys, params = _visible_params(user_id, session_keys)
+    found: list[list[tuple[ArchiveHit, float]]] = []
+    if words:
+        asked = pg_words_for(conn, "archived_messages", words)
+        statement = _pg_statement(by_user, by_keys, snippets)
+        rows = conn.execute(statement, {**params, "q": asked.match, "r": asked.rank, "limit": limit})
+        hits = []
+        for row in rows:
+            snippet = ""
+            if snippets:
+                at = row.marked.find(_MARK) if _MARK not in row.content else -1
+                snippet = make_snippet(row.content, at if at != -1 else first_match(row.content, words))
+            hits.append(_hit(row, snippet, float(row.rank)))
+        found.append([(h, h.score) for h in hits])
+    needles = pg_needles(conn, "archived_messages", words, runs)
+    if needles:
+        like = search_like(conn, needles, user_id, session_keys, limit, pg_cjk_text("archived_messages"))
+        scored = [(h, pg_like_score(h.score, len(needles))) for h in like]
+        found.append([(replace(h, score=s, snippet=h.snippet if snippets else ""), s) for h, s in scored])
+    return [hit for hit, _ in merge_hits(found, lambda h: h.id, limit)]
+
+
+_PG: dict[tuple[bool, bool, bool], Select[Any]] = {}
+
+
+def _pg_statement(by_user: bool, by_keys: bool, snippets: bool) -> Select[Any]:
+    """The word search, built once per shape of asker (recall runs it every turn), everything bound:
+    the OR-joined words as `q`, `limit`. With `snippets`, ts_headline for the returned rows only."""
+    cached = _PG.get((by_user, by_keys, snippets))
+    if cached is not None:
+        return cached
+    rank = func.ts_rank(_WORDS, pg_tsquery(param="r"))
+    ranked: Select[Any] = (
+        select(*_HIT_COLUMNS, rank.label("rank"))
+        .select_from(archived_messages.join(sessions, sessions.c.id == archived_messages.c.session_id))
+        .where(_WORDS.op("@@")(pg_tsquery()), *_visible(by_user, by_keys))
+        .order_by(literal_column("rank").desc(), archived_messages.c.id.desc())
+        .limit(bindparam("limit"))
+    )
+    stmt = ranked
+    if snippets:
+        best = ranked.subquery()
+        marked = postgresql.ts_headline(PG_LANGUAGE, best.c.content, pg_tsquery(param="r"), _HEADLINE_OPTIONS)
+        stmt = select(best, marked.label("marked")).order_by(best.c.rank.desc(), best.c.id.desc())
+    _PG[(by_user, by_keys, snippets)] = stmt
+    return stmt
 
 
 def _escape_like(term: str) -> str:
@@ -537,8 +753,11 @@ def search_in(
     limit: int,
     snippets: bool = True,
 ) -> list[ArchiveHit]:
-    if conn.dialect.name == "sqlite":
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
         return search_fts(conn, terms, user_id, session_keys, limit, snippets)
+    if dialect == "postgresql":
+        return search_pg(conn, terms, user_id, session_keys, limit, snippets)
     return search_like(conn, terms, user_id, session_keys, limit)
 
 

@@ -6,6 +6,10 @@ A chunk carries the scope of its file: `global` for `<root>/`, `personal:<user>`
 `users/<dir>/`, `channel:<conversation>` for `channels/<dir>/`. The directory's owner is read from
 its `.owner` marker (written with the first file), or is the directory name itself when that name
 was never altered (see daily.safe_component). A file is re-indexed only when it changed (mtime).
+
+Search: on SQLite the FTS5 indexes `daily_chunks_fts` (porter, bm25) and `daily_chunks_cjk`
+(trigrams); on PostgreSQL the stored tsvector `words` (migration 0012, ts_rank) and LIKE for CJK,
+as memory.archive searches the archive; elsewhere a LIKE scan.
 """
 
 from __future__ import annotations
@@ -14,13 +18,27 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, literal_column, or_, select, text
+from sqlalchemy import ColumnElement, Select, bindparam, case, delete, func, insert, literal_column, or_, select, text
 from sqlalchemy.engine import Connection
 
-from memory.archive import CjkQuery, fts_expression, informative_terms, porter_and_trigram, query_terms
+from memory.archive import (
+    CjkQuery,
+    fts_expression,
+    informative_terms,
+    merge_hits,
+    pg_cjk_text,
+    pg_like_score,
+    pg_needles,
+    pg_tsquery,
+    pg_words_for,
+    porter_and_trigram,
+    query_terms,
+    split_cjk,
+)
 from memory.daily import DailyFiles
 from memory.db import Database
 from memory.schema import daily_chunks
@@ -61,7 +79,7 @@ class ChunkHit:
     scope: str
     day: str
     content: str
-    score: float  # higher is better (-bm25), comparable within one search
+    score: float  # higher is better (-bm25, ts_rank on PostgreSQL), comparable within one search
 
 
 def write_owner_marker(directory: Path, owner: str) -> None:
@@ -112,16 +130,62 @@ def _mtime(conn: Connection, rel: str) -> int | None:
 
 
 def search_in(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
-    if conn.dialect.name == "sqlite":
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
         return _search_fts(conn, terms, scopes, limit)
-    like = [daily_chunks.c.content.ilike(f"%{t}%") for t in terms]
+    if dialect == "postgresql":
+        return _search_pg(conn, terms, scopes, limit)
+    return _search_like(conn, terms, scopes, limit)
+
+
+def _search_like(
+    conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int, *also: ColumnElement[bool]
+) -> list[ChunkHit]:
+    """Any database: `lower(content) LIKE %term%`, scored by how many terms match, newest day first
+    on ties; no stemming. `also`: more conditions (PostgreSQL's CJK leg)."""
+    content = func.lower(daily_chunks.c.content)
+    matched = [content.contains(t, autoescape=True) for t in terms]
+    score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
     rows = conn.execute(
-        select(daily_chunks, literal_column("1.0").label("score"))
-        .where(or_(*like), daily_chunks.c.scope.in_(list(scopes)))
-        .order_by(daily_chunks.c.day.desc())
+        select(daily_chunks, score)
+        .where(or_(*matched), daily_chunks.c.scope.in_(list(scopes)), *also)
+        .order_by(score.desc(), daily_chunks.c.day.desc(), daily_chunks.c.id.desc())
         .limit(limit)
     ).all()
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.score)) for r in rows]
+
+
+_WORDS: ColumnElement[Any] = literal_column("daily_chunks.words")  # PostgreSQL only: migration 0012
+
+
+def _search_pg(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
+    """PostgreSQL: the stored words ranked by ts_rank, and CJK by LIKE over the chunks with CJK
+    letters, scored as memory.archive.search_pg scores the archive (and records.search_pg records)."""
+    words, runs = split_cjk(terms)
+    found: list[list[tuple[ChunkHit, float]]] = []
+    if words:
+        asked = pg_words_for(conn, "daily_chunks", words)
+        params = {"q": asked.match, "r": asked.rank, "scopes": list(scopes), "limit": limit}
+        rows = conn.execute(_PG_MATCHING, params).all()
+        found.append(_scored([ChunkHit(r.id, r.path, r.scope, r.day, r.content, float(r.rank)) for r in rows]))
+    needles = pg_needles(conn, "daily_chunks", words, runs)
+    if needles:
+        like = _search_like(conn, needles, scopes, limit, pg_cjk_text("daily_chunks"))
+        found.append(_scored([replace(h, score=pg_like_score(h.score, len(needles))) for h in like]))
+    return [hit for hit, _ in merge_hits(found, lambda h: h.id, limit)]
+
+
+def _pg_matching() -> Select[Any]:
+    rank = func.ts_rank(_WORDS, pg_tsquery(param="r"))
+    return (
+        select(daily_chunks, rank.label("rank"))
+        .where(_WORDS.op("@@")(pg_tsquery()), daily_chunks.c.scope.in_(bindparam("scopes", expanding=True)))
+        .order_by(literal_column("rank").desc(), daily_chunks.c.day.desc(), daily_chunks.c.id.desc())
+        .limit(bindparam("limit"))
+    )
+
+
+_PG_MATCHING = _pg_matching()  # built once: recall runs it every turn
 
 
 def _search_fts(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:

@@ -8,8 +8,9 @@ Each candidate's score is
 and the pieces are chosen by what measured best on LoCoMo (benchmarks/locomo.py, every number below
 is evidence recall@10 over its categories 1-4, each conversation its own pool):
 
-- Lexical squash: per-query min-max of the lexical leg's positive scores (-bm25) over its top
-  `lexical_pool` hits, so the best lexical hit is 1 and the weakest 0, like a cosine's range. BM25
+- Lexical squash: per-query min-max of the lexical leg's positive scores (-bm25 on SQLite, ts_rank
+  on PostgreSQL) over its top `lexical_pool` hits, so the best lexical hit is 1 and the weakest 0,
+  like a cosine's range, whatever the backend's units: the weights mean the same on both. BM25
   scores are not comparable between queries, so a fixed squash (x / (x + k)) measured 4-6 points
   lower (0.60-0.61 against 0.655 for min-max, plain 0.7 / 0.3 hybrid).
 - Lexical pool of 20: hits further down a BM25 list of OR-joined terms are mostly one common word;
@@ -46,8 +47,8 @@ a boost for memories dated in a month or day the query names (±0.1), at most N 
 -5), summing both neighbours instead of taking the best (-1).
 
 Pure functions (`fuse`, `select`, `recency`, `squash`) plus `Retriever`, which gathers candidates
-through callables given by the caller (the store's FTS5 search, a vector index, a loader) and so
-stays free of any storage code.
+through callables given by the caller (the store's full-text search, a vector index in memory or
+in the database, a loader) and so stays free of any storage code.
 """
 
 from __future__ import annotations

@@ -60,12 +60,13 @@ from sqlalchemy.engine import Connection, Row
 
 from memory.archive import (
     CJK_CHARS,
-    TRIGRAM,
     CjkQuery,
     fts_expression,
     indexed_count,
     informative_terms,
     merge_hits,
+    pg_needles,
+    pg_words_for,
     porter_and_trigram,
     query_terms,
     split_cjk,
@@ -756,9 +757,11 @@ def search_pg(
     found: builtins.list[builtins.list[tuple[MemoryRecord, float]]] = []
     if words:
         # Terms are letters and digits only (archive.query_terms): nothing in them is tsquery syntax.
-        query = func.to_tsquery(PG_LANGUAGE, " | ".join(words))
+        # Rows holding one of the rarest words, ranked by every informative one (archive.pg_words_for).
+        asked = pg_words_for(conn, "memory_records", words)
+        query = func.to_tsquery(PG_LANGUAGE, asked.match)
         vector: ColumnElement[Any] = literal_column("memory_records.words")  # PostgreSQL only: migration 0010
-        rank = func.ts_rank(vector, query).label("rank")
+        rank = func.ts_rank(vector, func.to_tsquery(PG_LANGUAGE, asked.rank)).label("rank")
         rows = conn.execute(
             select(memory_records, rank)
             .where(vector.op("@@")(query), *_searchable(scopes, include_projects, now))
@@ -769,7 +772,7 @@ def search_pg(
     # CJK runs, and words inside CJK text ("Tokyo" in "我在Tokyo工作"), by LIKE over the records that
     # hold CJK letters only: the predicate is the one migration 0010's partial index is built on.
     cjk_text: ColumnElement[bool] = literal_column(f"content ~ '[{CJK_CHARS}]'")
-    needles = runs + [w for w in words if len(w) >= TRIGRAM]
+    needles = pg_needles(conn, "memory_records", words, runs)  # words only where CJK text exists
     if needles:
         hits = search_like(conn, needles, scopes, include_projects, limit, now, cjk_text)
         # On ts_rank's scale (about 0.1 for a text that holds every word of the query once): a

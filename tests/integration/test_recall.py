@@ -1,15 +1,34 @@
-"""Recall before a turn: what a person may see reaches the prompt, nothing else does."""
+"""Recall before a turn: what a person may see reaches the prompt, nothing else does. Every test
+runs on SQLite and on PostgreSQL (full-text search and pgvector)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway.app import Gateway
+from memory.vectors import DatabaseIndex, VectorIndex
 from tests.conftest import BOB_TOKEN, say
 from tests.fakes.llm import FakeLLM
+from tests.postgres import BACKENDS, fresh_database_url
+
+
+@pytest.fixture(params=BACKENDS)
+def storage_overrides(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Config overrides for where the gateway keeps its database: SQLite under the test's data
+    directory, or a fresh PostgreSQL database (the same one for every gateway of the test)."""
+    return {"storage__database_url": fresh_database_url()} if request.param == "postgres" else {}
+
+
+@pytest.fixture
+async def gateway(gateway_factory: Any, fake_llm: FakeLLM, storage_overrides: dict[str, Any]) -> AsyncIterator[Gateway]:
+    gw: Gateway = await gateway_factory(fake_llm, **storage_overrides)
+    yield gw  # gateway_factory stops it
 
 
 def system_of(fake: FakeLLM) -> str:
@@ -45,12 +64,14 @@ async def test_agent_written_memories_are_recalled_as_evidence(
 
 
 async def test_vector_recall_with_the_local_model(
-    gateway_factory, fake_llm: FakeLLM, http: aiohttp.ClientSession
+    gateway_factory, fake_llm: FakeLLM, http: aiohttp.ClientSession, storage_overrides: dict[str, Any]
 ) -> None:  # type: ignore[no-untyped-def]
-    gw: Gateway = await gateway_factory(fake_llm, memory__search__provider="local")
+    gw: Gateway = await gateway_factory(fake_llm, memory__search__provider="local", **storage_overrides)
     await say(http, gw, "/remember I live in Lisbon, near the river")
     assert gw.recall is not None
     await gw.recall.caught_up(timeout=120)
+    # Chosen by the database URL: PostgreSQL searches its own HNSW index, SQLite one in memory.
+    assert isinstance(gw.recall.index, DatabaseIndex if storage_overrides else VectorIndex)
     await say(http, gw, "what city is my home in?")  # no word in common with the memory
     assert "Lisbon" in system_of(fake_llm)
     await say(http, gw, "what city is my home in?", BOB_TOKEN)

@@ -17,7 +17,8 @@ from memory.daily import DailyFiles
 from memory.daily_index import DailyIndex, chunk, scope_of, threads_in, write_owner_marker
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
-from tests.unit.test_archive import cjk_consistent
+from tests.postgres import BACKENDS, database_url
+from tests.unit.test_archive import trigrams_consistent
 
 
 @dataclass
@@ -27,10 +28,10 @@ class Notes:
     index: DailyIndex
 
 
-@pytest.fixture
-async def notes(tmp_path: Path) -> AsyncIterator[Notes]:
-    """A migrated database with daily files under tmp_path/memory and their index."""
-    storage = await Storage.open(f"sqlite:///{tmp_path}/t.db")
+@pytest.fixture(params=BACKENDS)
+async def notes(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Notes]:
+    """A migrated database (SQLite, PostgreSQL) with daily files under tmp_path/memory and their index."""
+    storage = await Storage.open(database_url(request.param, tmp_path))
     try:
         files = DailyFiles(tmp_path / "memory")
         yield Notes(storage, files, DailyIndex(storage.db, files))
@@ -115,7 +116,7 @@ async def test_cjk_notes_are_found_by_a_word_inside_a_run(notes: Notes) -> None:
     alice.write_text("nothing in CJK any more\n", encoding="utf-8")
     os.utime(alice, ns=(alice.stat().st_atime_ns, alice.stat().st_mtime_ns + 1))
     assert await index.index_file(alice) == 1
-    await storage.db.read(cjk_consistent, "daily_chunks", "id")
+    await storage.db.read(trigrams_consistent, "daily_chunks", "id")
     assert await index.search("东京", scopes=["personal:alice"]) == []
     assert await index.search("大阪", scopes=["personal:alice"]) == []
 

@@ -1,10 +1,11 @@
 """Stored vectors and the in-memory index: exact top-k against brute force, filtering, growth, and
-the store over a real SQLite file (what counts as searchable per kind, changed texts, stale vectors
-refused, pruning what was forgotten)."""
+the store over a real SQLite file and a real PostgreSQL (what counts as searchable per kind, changed
+texts, stale vectors refused, pruning what was forgotten); on PostgreSQL the vectors computed from
+the stored blobs, the HNSW index per model and kind, and the search behind each asker's reach."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,16 +15,18 @@ import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import insert, update
+from sqlalchemy import event, insert, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection
 
 import memory.vectors
 from memory.db import Database
 from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-from memory.records import RecordStore
-from memory.schema import archived_messages, daily_chunks, sessions
+from memory.records import NewRecord, RecordStore
+from memory.schema import archived_messages, daily_chunks, memory_vectors, sessions
 from memory.storage import Storage
-from memory.vectors import VectorIndex, VectorStore, _lazy_is_cheaper, text_hash
+from memory.vectors import Reach, VectorIndex, VectorStore, _lazy_is_cheaper, text_hash
+from tests.postgres import fresh_database_url
 
 MODEL = "test/model-a"
 OTHER = "test/model-b"
@@ -331,10 +334,14 @@ def _chunk(cid: int, content: str, chunk_no: int = 0) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(params=["thread", "async"])
+@pytest.fixture(params=["thread", "async", "postgres"])
 async def items(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Items]:
-    """Both ways SQLite runs: its own thread, and SQLAlchemy async (the path PostgreSQL takes)."""
-    db = Database(f"sqlite:///{tmp_path}/t.db", runner=request.param)
+    """Both ways SQLite runs (its own thread, and SQLAlchemy async, the path PostgreSQL takes), and
+    PostgreSQL with pgvector."""
+    if request.param == "postgres":
+        db = Database(fresh_database_url())
+    else:
+        db = Database(f"sqlite:///{tmp_path}/t.db", runner=request.param)
     await db.migrate()
     try:
         yield Items(Storage(db))
@@ -487,3 +494,313 @@ async def test_an_index_loads_one_models_vectors(items: Items, monkeypatch: Any)
     assert len(index) == 7 and index.dim == 8
     top = index.search(_vec(4, 8), 1)
     assert top[0][:2] == ("record", ids[4]) and top[0][2] == pytest.approx(1.0, abs=1e-6)
+
+
+# --- PostgreSQL: the database is the index ---------------------------------------------------------
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Items]:
+    db = Database(fresh_database_url())
+    await db.migrate()
+    try:
+        yield Items(Storage(db))
+    finally:
+        await db.close()
+
+
+def _pg_vector(text: str) -> Matrix:
+    return np.array([float(x) for x in text.strip("[]").split(",")], dtype=np.float32)
+
+
+def _rows(conn: Connection, sql: str, **params: Any) -> list[Any]:
+    return list(conn.execute(sql_text(sql), params).all())
+
+
+async def test_postgresql_computes_each_vector_from_its_blob_exactly(pg: Items) -> None:
+    ids = [await pg.record(f"fact {n}") for n in range(3)]
+    tricky = np.array([0.0, -0.0, 1e-45, -1e-40, 3.4e38, -1.17549435e-38, 0.1, 1 / 3], dtype=np.float32)
+    vectors = [tricky, _vec(1, 8), -_vec(2, 8)]
+    rows = [(i, text_hash(f"fact {n}"), vec) for n, (i, vec) in enumerate(zip(ids, vectors, strict=True))]
+    assert await pg.vectors.upsert("record", rows, MODEL) == 3
+    # A row written as a copy from SQLite writes it: the blob alone.
+    await pg.run(insert(sessions).values([_session(1)]))
+    await pg.run(insert(archived_messages).values([_message(10, 1, "user", "hello")]))
+    blob = memory.vectors.to_blob(_vec(3, 8))
+    await pg.run(
+        insert(memory_vectors).values(
+            item_kind="archive", item_id="10", model_id=MODEL, dim=8, vector=blob, text_hash="0" * 16, created_at=WHEN
+        )
+    )
+    stored = await pg.db.read(lambda conn: _rows(conn, "SELECT item_id, embedding::text AS e FROM memory_vectors"))
+    got = {r.item_id: _pg_vector(r.e) for r in stored}
+    for item_id, vec in [*zip(ids, vectors, strict=True), ("10", _vec(3, 8))]:
+        assert got[item_id].tobytes() == vec.astype("<f4").tobytes()  # bit for bit, -0.0 and subnormals included
+
+
+async def _hnsw_indexes(items: Items) -> dict[str, str]:
+    found = await items.db.read(
+        lambda conn: _rows(conn, "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%hnsw%'")
+    )
+    return {r.indexname: r.indexdef for r in found}
+
+
+async def test_each_model_and_kind_gets_an_index_of_its_dimension(pg: Items) -> None:
+    rid = await pg.record("Alice grows basil")
+    await pg.run(insert(daily_chunks).values([_chunk(1, "- watered the basil")]))
+    small, half, huge = _vec(1, 8), _vec(2, 2001), _vec(3, 4001)
+    for model, vec in ((MODEL, small), (OTHER, half), ("test/huge", huge)):
+        assert await pg.vectors.upsert("record", [(rid, text_hash("Alice grows basil"), vec)], model) == 1
+    await pg.vectors.upsert("daily", [("1", text_hash("- watered the basil"), small)], MODEL)
+    indexes = await _hnsw_indexes(pg)
+    assert set(indexes) == {
+        memory.vectors.hnsw_index_name(MODEL, "record", 8),
+        memory.vectors.hnsw_index_name(MODEL, "daily", 8),
+        memory.vectors.hnsw_index_name(OTHER, "record", 2001),
+    }  # 4,001 dimensions are beyond pgvector's index: searched exactly
+    assert "(embedding)::vector(8)) vector_cosine_ops" in indexes[memory.vectors.hnsw_index_name(MODEL, "record", 8)]
+    assert "halfvec(2001)) halfvec_cosine_ops" in indexes[memory.vectors.hnsw_index_name(OTHER, "record", 2001)]
+    reach = Reach(record_scopes=("personal:alice",), daily_scopes=("personal:alice",))
+    for model, vec in ((MODEL, small), (OTHER, half), ("test/huge", huge)):
+        [(kind, item, cosine), *rest] = await pg.vectors.nearest(model, vec, 5, reach)
+        assert (kind, item) == ("record", rid) and cosine == pytest.approx(1.0, abs=1e-6)
+        assert rest == ([("daily", "1", pytest.approx(1.0, abs=1e-6))] if model == MODEL else [])
+
+
+async def test_a_copy_gets_its_indexes_when_the_model_is_opened(pg: Items) -> None:
+    """Vectors that arrived as rows (a copy from SQLite, vectors stored before migration 0012) have no
+    index until `prepare`: the gateway calls it as it opens the model's index."""
+    ids = [await pg.record(f"fact {n}") for n in range(4)]
+    rows = [
+        {
+            "item_kind": "record",
+            "item_id": i,
+            "model_id": MODEL,
+            "dim": 6,
+            "vector": memory.vectors.to_blob(_vec(n, 6)),
+            "text_hash": text_hash(f"fact {n}"),
+            "created_at": WHEN,
+        }
+        for n, i in enumerate(ids)
+    ]
+    await pg.run(insert(memory_vectors).values(rows))
+    assert await _hnsw_indexes(pg) == {}
+    assert await pg.vectors.prepare(MODEL) == 1
+    assert set(await _hnsw_indexes(pg)) == {memory.vectors.hnsw_index_name(MODEL, "record", 6)}
+    assert await pg.vectors.prepare(MODEL) == 0
+    found = await pg.vectors.nearest(MODEL, _vec(2, 6), 1, Reach(record_scopes=("personal:alice",)))
+    assert found[0][:2] == ("record", ids[2])
+
+
+async def _world(items: Items, dim: int, rng: np.random.Generator) -> dict[tuple[str, str], tuple[Matrix, str]]:
+    """Records, archived messages and daily chunks of several owners, each with a random vector;
+    (kind, id) → (vector, where it lives: a scope, or a session's key and owner)."""
+    made: dict[tuple[str, str], tuple[Matrix, str]] = {}
+    store = RecordStore(items.db)
+
+    async def record(content: str, scope: str, **kw: Any) -> None:
+        r = await store.create(
+            content,
+            memory_class=kw.pop("memory_class", MemoryClass.DURABLE_FACT),
+            provenance=Provenance.USER_CONFIRMED,
+            use_policy=UsePolicy(),
+            scope=Scope.parse(scope),
+            author="alice",
+            review_status=ReviewStatus.NONE,
+            **kw,
+        )
+        vec = unit_rows(rng, 1, dim)[0]
+        if await items.vectors.upsert("record", [(r.id, text_hash(content), vec)], MODEL):  # a trace is not
+            made[("record", r.id)] = (vec, scope)
+
+    for n in range(6):
+        for scope in ("personal:alice", "personal:bob", "global", "project:atlas", "channel:telegram:group:-100"):
+            await record(f"{scope} fact {n}", scope)
+    await record("said in public", "personal:alice", origin_audience="public")
+    await record("a trace", "personal:alice", memory_class=MemoryClass.TRACE)
+    sessions_rows = [
+        {**_session(1), "user_id": "alice"},
+        {**_session(2), "user_id": "bob"},
+        {**_session(3), "user_id": None, "key": "telegram:group:-100", "audience": "team"},
+        {**_session(4, excluded=True), "user_id": "alice"},
+        {**_session(5, "public"), "user_id": None},
+    ]
+    await items.run(insert(sessions).values(sessions_rows))
+    messages = [
+        _message(100 * s + n, s, ("user", "assistant", "tool")[n % 3], f"m {s} {n}")
+        for s in range(1, 6)
+        for n in range(6)
+    ]
+    await items.run(insert(archived_messages).values(messages))
+    owner = {1: "web:1|alice", 2: "web:2|bob", 3: "telegram:group:-100|", 4: "web:4|alice", 5: "web:5|"}
+    todo = await items.vectors.missing("archive", MODEL, 100)
+    vecs = unit_rows(rng, len(todo), dim)
+    await items.vectors.upsert("archive", [(i, text_hash(t), vecs[n]) for n, (i, t) in enumerate(todo)], MODEL)
+    for n, (i, _t) in enumerate(todo):
+        made[("archive", i)] = (vecs[n], owner[int(i) // 100])
+    chunks = [
+        {**_chunk(c, f"- note {c}"), "scope": s}
+        for c, s in enumerate(["personal:alice", "personal:bob", "global"] * 3, 1)
+    ]
+    await items.run(insert(daily_chunks).values(chunks))
+    todo = await items.vectors.missing("daily", MODEL, 100)
+    vecs = unit_rows(rng, len(todo), dim)
+    await items.vectors.upsert("daily", [(i, text_hash(t), vecs[n]) for n, (i, t) in enumerate(todo)], MODEL)
+    for n, (i, _t) in enumerate(todo):
+        made[("daily", i)] = (vecs[n], chunks[int(i) - 1]["scope"])
+    return made
+
+
+def _visible(key: tuple[str, str], place: str, reach: Reach, text_of: dict[tuple[str, str], str]) -> bool:
+    kind, _ = key
+    if kind == "record":
+        if text_of[key] in ("said in public", "a trace"):
+            return False
+        return place in reach.record_scopes or (reach.include_projects and place.startswith("project:"))
+    if kind == "archive":
+        session_key, owner = place.split("|")
+        if session_key in ("web:4", "web:5"):  # kept out of memory; public
+            return False
+        return owner == reach.archive_user or session_key in reach.archive_keys
+    return place in reach.daily_scopes
+
+
+async def test_the_database_index_ranks_exactly_what_each_asker_may_see(pg: Items) -> None:
+    rng = np.random.default_rng(11)
+    made = await _world(pg, 12, rng)
+    records = {r.id: r.content for r in await pg.records.get_many([i for k, i in made if k == "record"])}
+    text_of = {key: records.get(key[1], "") for key in made}
+    # Tool messages are never embedded: the archive offers user and assistant messages only.
+    assert not any(kind == "archive" and int(i) % 100 % 3 == 2 for kind, i in made)
+    askers = [
+        Reach(("personal:alice", "global"), True, "alice", ("web:1",), ("personal:alice", "global")),
+        Reach(("personal:bob",), False, "bob", (), ("personal:bob",)),
+        Reach(("channel:telegram:group:-100", "global"), False, None, ("telegram:group:-100",), ("global",)),
+        Reach(("personal:alice",), False, "alice", ("web:5", "web:4"), ()),  # public and excluded sessions stay out
+        Reach(),
+    ]
+    for reach in askers:
+        for k in (3, 25, 200, 1500):
+            query = unit_rows(rng, 1, 12)[0]
+            inside = {key: vec for key, (vec, place) in made.items() if _visible(key, place, reach, text_of)}
+            expected = brute_force(inside, query, k)
+            for exact in (False, True):
+                found = await pg.vectors.nearest(MODEL, query, k, reach, exact=exact)
+                assert_same_top(found, expected)
+
+
+async def test_cosines_of_given_items_by_kind_and_id(pg: Items) -> None:
+    rng = np.random.default_rng(5)
+    made = await _world(pg, 6, rng)
+    query = unit_rows(rng, 1, 6)[0]
+    archive_ids = sorted(i for k, i in made if k == "archive")
+    asked = [("daily", "1"), ("archive", archive_ids[0]), ("record", "mem-none"), ("daily", archive_ids[0])]
+    found = await pg.vectors.cosines(MODEL, query, asked)
+    expected = brute_force({key: made[key][0] for key in asked if key in made}, query, 10)
+    assert_same_top(found, expected)
+    assert await pg.vectors.cosines(MODEL, query, []) == []
+
+
+async def test_hnsw_serves_the_search_and_a_sparse_asker_still_gets_all_theirs(pg: Items) -> None:
+    """With enough rows the planner walks the HNSW graph (approximate: most of the exact top k);
+    someone who may see a handful of items among thousands gets every one of them, in order."""
+    rng = np.random.default_rng(3)
+    n, dim = 1500, 16
+    store = RecordStore(pg.db)
+
+    def item(i: int) -> NewRecord:
+        owner = "bob" if i % 300 == 7 else "alice"
+        return NewRecord(
+            f"fact {i}",
+            MemoryClass.DURABLE_FACT,
+            Provenance.IMPORTED,
+            UsePolicy(),
+            f"personal:{owner}",
+            owner,
+            ReviewStatus.NONE,
+        )
+
+    ids = await store.import_batch([item(i) for i in range(n)])
+    vecs = unit_rows(rng, n, dim)
+    await pg.vectors.upsert("record", [(i, text_hash(f"fact {n}"), vecs[n]) for n, i in enumerate(ids)], MODEL)
+    await pg.db.write(lambda conn: conn.exec_driver_sql("ANALYZE"))
+    alice, bob = Reach(("personal:alice",)), Reach(("personal:bob",))
+    shares = []
+    for _ in range(10):
+        query = unit_rows(rng, 1, dim)[0]
+        approx = await pg.vectors.nearest(MODEL, query, 20, alice)
+        exact = await pg.vectors.nearest(MODEL, query, 20, alice, exact=True)
+        assert len(approx) == 20 and [c for *_, c in approx] == sorted((c for *_, c in approx), reverse=True)
+        shares.append(len({i for _, i, _ in approx} & {i for _, i, _ in exact}) / 20)
+        theirs = await pg.vectors.nearest(MODEL, query, 20, bob)
+        assert [i for _, i, _ in theirs] == [
+            i for _, i, _ in await pg.vectors.nearest(MODEL, query, 20, bob, exact=True)
+        ]
+        assert len(theirs) == 5
+    assert sum(shares) / len(shares) >= 0.9
+
+    def plan(conn: Connection) -> str:
+        """The plan of the search's own statement, with its parameters, as PostgreSQL would run it."""
+
+        def explain(*args: Any) -> tuple[str, Any]:
+            return "EXPLAIN " + args[2], args[3]
+
+        stmt = memory.vectors._nearest_statement(MODEL, dim, memory.vectors._shape(alice), "vector")
+        q = memory.vectors._pg_text(vecs[0])
+        params = {"q": q, "now": WHEN, "limit": 20, **memory.vectors._reach_params(alice)}
+        event.listen(conn, "before_cursor_execute", explain, retval=True)
+        try:
+            return "\n".join(str(r[0]) for r in conn.execute(stmt, params))
+        finally:
+            event.remove(conn, "before_cursor_execute", explain)
+
+    assert memory.vectors.hnsw_index_name(MODEL, "record", dim) in await pg.db.read(plan)
+
+
+def _to_revision(revision: str) -> Callable[[Connection], None]:
+    def run(conn: Connection) -> None:
+        from alembic import command
+        from alembic.config import Config as AlembicConfig
+
+        from memory.db import MIGRATIONS
+
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+    return run
+
+
+async def test_migration_0012_brings_pgvector_and_goes_down_and_up_again() -> None:
+    db = Database(fresh_database_url())
+    try:
+        await db.write(lambda conn: conn.exec_driver_sql("DROP EXTENSION vector"))
+        await db.migrate()  # the extension is created again, where the server has it
+        items = Items(Storage(db))
+        rid = await items.record("Alice grows basil on the balcony")
+        assert await items.vectors.upsert(
+            "record", [(rid, text_hash("Alice grows basil on the balcony"), _vec(1, 5))], MODEL
+        )
+        await items.run(insert(sessions).values([_session(1)]))
+        await items.run(insert(archived_messages).values([_message(10, 1, "user", "the balcony gets sun")]))
+        assert set(await _hnsw_indexes(items)) == {memory.vectors.hnsw_index_name(MODEL, "record", 5)}
+
+        await db.write(_to_revision("0011"))
+        columns = await db.read(
+            lambda conn: _rows(
+                conn,
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE column_name IN ('embedding', 'words') AND table_name <> 'memory_records'",
+            )
+        )
+        assert columns == [] and await _hnsw_indexes(items) == {}
+
+        memory.vectors._HNSW_KNOWN.clear()  # this process saw the index before it was dropped
+        await db.migrate()  # the columns are computed again from what the rows hold
+        assert [h.id for h in await Storage(db).archive.search("sunny balconies", user_id="alice")] == [10]
+        assert await items.vectors.prepare(MODEL) == 1
+        found = await items.vectors.nearest(MODEL, _vec(1, 5), 3, Reach(record_scopes=("personal:alice",)))
+        assert found == [("record", rid, pytest.approx(1.0, abs=1e-6))]
+    finally:
+        await db.close()
