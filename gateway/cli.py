@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway import __version__, cli_memory, cli_status
+from gateway import __version__, cli_memory, cli_migrate, cli_status
 from gateway.cli_common import load_or_report
 from gateway.config_load import default_config_path
 
@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument(
         "--force", action="store_true", help="replace existing data (it is kept in before-restore-<time>/)"
     )
+    cli_migrate.add_parser(sub)
     cli_memory.add_parsers(sub)
     cli_status.add_parsers(sub)
     return p
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_pairing(args)
     if args.command in ("backup", "restore"):
         return cmd_backup(args)
+    if args.command == "migrate-storage":
+        return cli_migrate.run(args, _config_path(args))
     if args.command == "memory":
         return cli_memory.run(args, _config_path(args))
     if args.command in ("status", "jobs"):
