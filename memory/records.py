@@ -59,12 +59,14 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.engine import Connection, Row
 
 from memory.archive import (
-    CJK_CHARS,
+    PG_LANGUAGE,
     CjkQuery,
     fts_expression,
     indexed_count,
     informative_terms,
     merge_hits,
+    pg_cjk_text,
+    pg_like_score,
     pg_needles,
     pg_words_for,
     porter_and_trigram,
@@ -743,11 +745,6 @@ def search_like(
     return [(_record(r), float(r.score)) for r in rows]
 
 
-# The text search configuration of the query: the one migration 0010's `words` column is made with.
-PG_LANGUAGE = "english"
-PG_LIKE_FULL_MATCH = 0.1
-
-
 def search_pg(
     conn: Connection, terms: Sequence[str], scopes: Sequence[str], include_projects: bool, limit: int, now: datetime
 ) -> builtins.list[tuple[MemoryRecord, float]]:
@@ -771,13 +768,10 @@ def search_pg(
         found.append([(_record(r), float(r.rank)) for r in rows])
     # CJK runs, and words inside CJK text ("Tokyo" in "我在Tokyo工作"), by LIKE over the records that
     # hold CJK letters only: the predicate is the one migration 0010's partial index is built on.
-    cjk_text: ColumnElement[bool] = literal_column(f"content ~ '[{CJK_CHARS}]'")
     needles = pg_needles(conn, "memory_records", words, runs)  # words only where CJK text exists
     if needles:
-        hits = search_like(conn, needles, scopes, include_projects, limit, now, cjk_text)
-        # On ts_rank's scale (about 0.1 for a text that holds every word of the query once): a
-        # share of the needles found, so that neither leg outranks the other by its units alone.
-        found.append([(r, PG_LIKE_FULL_MATCH * n / len(needles)) for r, n in hits])
+        hits = search_like(conn, needles, scopes, include_projects, limit, now, pg_cjk_text("memory_records"))
+        found.append([(r, pg_like_score(n, len(needles))) for r, n in hits])
     return merge_hits(found, lambda r: r.id, limit)
 
 
