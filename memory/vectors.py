@@ -59,7 +59,6 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
-    make_url,
     null,
     or_,
     select,
@@ -743,7 +742,7 @@ _COSINES = select(memory_vectors.c.item_kind, memory_vectors.c.item_id, _COSINE)
 def searched_in_database(db: Database) -> bool:
     """Whether `db`'s vectors are searched where they are stored (PostgreSQL with pgvector) rather
     than loaded into a VectorIndex (SQLite)."""
-    return make_url(db.url).get_backend_name() == "postgresql"
+    return db.backend == "postgresql"
 
 
 class DatabaseIndex:
