@@ -152,7 +152,7 @@ class Router:
         busy = self.busy(ev)
         if busy:
             self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
-            if not isinstance(self.config.channels.get(ev.ref.channel), ChatChannelConfig):
+            if not self._chat(ev.ref.channel):
                 raise SessionBusy(ev.ref.session_key)  # HTTP callers get a 429 and retry
         if ev.event_id in self._accepted:
             self._accepted.discard(ev.event_id)
