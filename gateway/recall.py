@@ -141,6 +141,7 @@ class TurnRecall:
         self._names: dict[str, str] = {}  # identity → display name (see speakers())
         self._named = Names()  # the same display names, indexed for a query (built once a refresh)
         self._names_read = -math.inf
+        self.filled: set[str] = set()  # the searchable tables found holding rows (see _filled)
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload (memory.recall); the embedder stays until a restart."""
@@ -475,14 +476,20 @@ class _Legs:
     def _search_all(self, conn: Connection, terms: list[str], limit: int, now: datetime) -> tuple[Any, Any, Any]:
         """The three full-text legs in one transaction: one hop to the database thread, not three.
         A leg whose table is empty is skipped (building its query costs more than asking)."""
+        asked = {
+            "memory_records": bool(self.scopes or self.include_projects),
+            "archived_messages": self.archive_user is not None or bool(self.archive_keys),
+            "daily_chunks": bool(self.daily_scopes),
+        }
+        filled = _filled(conn, [table for table, wanted in asked.items() if wanted], self.r.filled)
         records = []
-        if (self.scopes or self.include_projects) and _any(conn, "memory_records"):
+        if "memory_records" in filled:
             records = records_search(conn, terms, self.scopes, self.include_projects, limit, now)
         archived = []
-        if (self.archive_user is not None or self.archive_keys) and _any(conn, "archived_messages"):
+        if "archived_messages" in filled:
             archived = archive_search(conn, terms, self.archive_user, self.archive_keys, limit, snippets=False)
         chunks = []
-        if self.daily_scopes and _any(conn, "daily_chunks"):
+        if "daily_chunks" in filled:
             chunks = daily_search(conn, terms, self.daily_scopes, limit)
         return records, archived, chunks
 
@@ -597,8 +604,15 @@ def _injectable(records: Mapping[str, MemoryRecord], record_id: str) -> bool:
     return record is not None and policy.auto_injectable(record)
 
 
-def _any(conn: Connection, table: str) -> bool:
-    return conn.exec_driver_sql(f"SELECT 1 FROM {table} LIMIT 1").first() is not None
+def _filled(conn: Connection, tables: Sequence[str], known: set[str]) -> set[str]:
+    """Which of `tables` hold a row. `known` (kept by the caller across turns) holds the tables
+    found filled before: a table rarely empties again, and searching an empty one is only a little
+    wasted work, so those are not asked again; the rest are asked in one statement."""
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        found = conn.exec_driver_sql("SELECT " + ", ".join(f"EXISTS (SELECT 1 FROM {t})" for t in unknown)).one()
+        known.update(t for t, filled in zip(unknown, found, strict=True) if filled)
+    return {t for t in tables if t in known}
 
 
 FOLLOW = "Memories to follow (confirmed)"

@@ -15,12 +15,13 @@ SQLAlchemy async (`AsyncConnection.run_sync`), where a pool of connections does 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar, TypeVarTuple
 
-from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy import Engine, create_engine, event, exc, make_url, text
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -101,6 +102,26 @@ def _ping(connection: Connection) -> None:
     connection.execute(text("SELECT 1"))
 
 
+# A pooled PostgreSQL connection idle longer than this is pinged before it is handed out (the server
+# may have restarted or dropped it meanwhile). SQLAlchemy's pool_pre_ping pings on *every* checkout:
+# a round trip in each of a turn's ~7 transactions, about a fifth of the database's work per turn.
+IDLE_PING_SECONDS = 5.0
+
+
+def _stamp_checkin(_dbapi_conn: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+    idle_since = record.info.get("idle_since")
+    if idle_since is None or time.monotonic() - idle_since < IDLE_PING_SECONDS:
+        return
+    try:
+        dbapi_conn.ping()
+    except Exception as err:  # the pool throws this connection away and hands out a new one
+        raise exc.DisconnectionError("the pooled connection was dropped while idle") from err
+
+
 class Database:
     """Owns the engine and runs units of work, each a sync `fn(conn, *args)`.
 
@@ -108,7 +129,7 @@ class Database:
     "async" forces SQLAlchemy async for SQLite too (aiosqlite), so tests can exercise that path.
     """
 
-    def __init__(self, url: str, runner: Runner = "auto") -> None:
+    def __init__(self, url: str, runner: Runner = "auto", pool_size: int = 20) -> None:
         self.url = url
         parsed = make_url(url)
         self.backend = parsed.get_backend_name()  # "sqlite", "postgresql"
@@ -119,6 +140,7 @@ class Database:
         self._closed = False
         self._engine: Engine | None = None
         self._async_engine: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
         self._executor: ThreadPoolExecutor | None = None
         if self.runner == "thread":
             # One connection, used only on the executor's thread; check_same_thread is off so that a
@@ -145,7 +167,15 @@ class Database:
         else:
             # Every session a process is answering may be at the database at once (its turn, its
             # lease renewal, a waiting turn's poll): more than the default 5 + 10 connections.
-            self._async_engine = create_async_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
+            # The pool must hold what a busy process uses at once: a connection closed on check-in
+            # (over pool_size) is a server process forked again at the next checkout, which cost a
+            # third of a core at 120 turns/s with 10 (benchmarks/scale.py).
+            self._async_engine = create_async_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+            event.listen(self._async_engine.sync_engine, "checkin", _stamp_checkin)
+            event.listen(self._async_engine.sync_engine, "checkout", _ping_if_idle)
+            # Reads need no transaction (READ COMMITTED gives each statement its own snapshot, in a
+            # transaction or not): autocommit saves the BEGIN and ROLLBACK round trips.
+            self._reader = self._async_engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @property
     def shared(self) -> bool:
@@ -162,8 +192,37 @@ class Database:
                 return await conn.run_sync(fn, *args)
         return await self._in_thread(self._write_sync, fn, *args)
 
+    async def write_statement(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
+        """`write` for a `fn` that runs exactly one statement: a statement is a transaction of its
+        own, so on PostgreSQL it runs in autocommit, without the BEGIN and COMMIT round trips (the
+        journal's inserts and the session leases, several times a turn)."""
+        if self._reader is not None:
+            self._check_open()
+            async with self._reader.connect() as conn:
+                return await conn.run_sync(fn, *args)
+        return await self.write(fn, *args)
+
     async def read(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
         """Run `fn(conn, *args)` on a connection without committing anything."""
+        if self._async_engine is not None:
+            self._check_open()
+            engine = self._reader or self._async_engine
+            try:
+                async with engine.connect() as conn:
+                    return await conn.run_sync(fn, *args)
+            except exc.DBAPIError as err:
+                if not err.connection_invalidated:
+                    raise
+            # The connection broke (a server restart, a dropped socket): SQLAlchemy has discarded the
+            # pool's older connections too, and a read changes nothing, so it is safe to run again.
+            async with engine.connect() as conn:
+                return await conn.run_sync(fn, *args)
+        return await self._in_thread(self._read_sync, fn, *args)
+
+    async def read_in_transaction(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
+        """`read` for work that needs a transaction though it changes nothing: settings made with
+        `set_config(…, true)` last until the transaction ends, so in autocommit they would end with
+        their own statement. Rolled back at the end."""
         if self._async_engine is not None:
             self._check_open()
             async with self._async_engine.connect() as conn:

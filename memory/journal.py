@@ -54,7 +54,7 @@ def finish_in(
 
 
 def _insert(conn: Connection, statement: Insert, row: dict[str, Any]) -> None:
-    conn.execute(statement, row)
+    conn.execute(statement, row)  # one statement: Database.write_statement
 
 
 def _outbound_row(conn: Connection, key: str) -> tuple[str, str | None] | None:
@@ -132,7 +132,7 @@ class Journal:
             "attempts": 0,
         }
         try:
-            await self._db.write(_insert, _RECORD, row)
+            await self._db.write_statement(_insert, _RECORD, row)
         except IntegrityError:
             return False
         return True
@@ -164,7 +164,7 @@ class Journal:
         """
         row = {"idempotency_key": key, "channel": channel, "status": "sending", "created_at": utcnow()}
         try:
-            await self._db.write(_insert, _CLAIM, row)
+            await self._db.write_statement(_insert, _CLAIM, row)
         except IntegrityError:
             return await self._db.read(_outbound_row, key) or ("sending", None)
         return None

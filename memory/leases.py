@@ -102,15 +102,15 @@ class SessionLeases:
         """Take the lease on `key` now if nobody holds it; the holder token, or None."""
         holder = secrets.token_hex(16)
         now = utcnow()
-        acquired = await self._db.write(_acquire, key, holder, self.instance, now, now + self.lease)
+        acquired = await self._db.write_statement(_acquire, key, holder, self.instance, now, now + self.lease)
         return holder if acquired else None
 
     async def renew(self, key: str, holder: str) -> bool:
         """Extend a held lease; False when it was lost (expired and taken by someone else)."""
-        return await self._db.write(_renew, key, holder, utcnow() + self.lease)
+        return await self._db.write_statement(_renew, key, holder, utcnow() + self.lease)
 
     async def release(self, key: str, holder: str) -> None:
-        await self._db.write(_release, key, holder, utcnow())
+        await self._db.write_statement(_release, key, holder, utcnow())
 
     @asynccontextmanager
     async def hold(self, key: str, *, wait: bool = True) -> AsyncIterator[Lease | None]:

@@ -434,7 +434,7 @@ class VectorStore:
         q = _query_vector(query)
         if k < 1:
             return []
-        return await self._db.read(_nearest_pg, model_id, q, k, reach, now or datetime.now(UTC), exact)
+        return await self._db.read_in_transaction(_nearest_pg, model_id, q, k, reach, now or datetime.now(UTC), exact)
 
     async def cosines(
         self, model_id: str, query: npt.ArrayLike, keys: Collection[ItemKey]

@@ -9,8 +9,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import text, update
+from sqlalchemy.engine import Connection
 
+from memory import db as db_module
 from memory.db import Database
 from memory.schema import users
 from memory.sessions import Message
@@ -88,3 +90,69 @@ async def test_instances_starting_together_migrate_one_after_another() -> None:
     finally:
         await db.close()
     assert current == head
+
+
+# --- The connection pool on PostgreSQL -------------------------------------------------------------
+
+
+def _in_transaction(conn: Connection) -> bool:
+    # One transaction id for both statements when they share a transaction, two in autocommit.
+    ids = [conn.execute(text("SELECT pg_current_xact_id()::text")).scalar() for _ in range(2)]
+    return ids[0] == ids[1]
+
+
+def _ef_search_after_setting(conn: Connection) -> str:
+    conn.execute(text("SELECT set_config('hnsw.ef_search', '123', true)"))
+    return str(conn.execute(text("SELECT current_setting('hnsw.ef_search')")).scalar())
+
+
+def _backend_pid(conn: Connection) -> int:
+    return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+async def _terminate_all(url: str) -> None:
+    db = Database(url)
+    try:
+        await db.write(
+            lambda conn: conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+        )
+    finally:
+        await db.close()
+
+
+async def test_reads_run_without_a_transaction_unless_they_ask_for_one() -> None:
+    db = Database(fresh_database_url())
+    try:
+        assert not await db.read(_in_transaction)  # no BEGIN / ROLLBACK round trips
+        assert await db.write(_in_transaction)
+        # (write_statement's work is one statement; two here show it is not wrapped in a transaction)
+        assert not await db.write_statement(_in_transaction)
+        assert await db.read_in_transaction(_in_transaction)
+        # Transaction-local settings (the HNSW search's) hold for the rest of a read that asks.
+        await db.read(lambda conn: conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector")))
+        assert await db.read_in_transaction(_ef_search_after_setting) == "123"
+        assert await db.read(_ef_search_after_setting) != "123"
+    finally:
+        await db.close()
+
+
+async def test_a_connection_the_server_dropped_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    url = fresh_database_url()
+    db = Database(url)
+    try:
+        first = await db.read(_backend_pid)
+        await _terminate_all(url)
+        # A read whose connection is gone is run again on a new one.
+        second = await db.read(_backend_pid)
+        assert second != first
+        # A write gets a connection checked before it is handed out when it sat idle (here: at all).
+        monkeypatch.setattr(db_module, "IDLE_PING_SECONDS", 0.0)
+        await _terminate_all(url)
+        assert await db.write(_backend_pid) != second
+    finally:
+        await db.close()
