@@ -205,8 +205,9 @@ async def apply(gw: Gateway, config: Config) -> None:
     gateway's objects and names any still holding the old one."""
     router = gw.router
     assert gw.storage is not None and router is not None
-    if config.users != gw.config.users:
-        await gw.storage.identities.sync_declared(gw.declared_users(config))
+    declared = gw.declared_users(config)
+    if declared != gw.declared_users(gw.config):
+        await gw.storage.identities.sync_declared(declared)
     gw.config = config
     gw.auth.use_config(config)
     gw.llm.configure(**llm_settings(config.ai))

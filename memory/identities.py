@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import String, cast, delete, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from gateway.events import utcnow
+from gateway.logs import event
 from memory.db import Database
 from memory.schema import identities, users
+
+log = logging.getLogger("clawgate.identities")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +35,22 @@ def _user_id_for(identity: str) -> str:
     return identity.replace(":", "-").replace("/", "-")[:128]
 
 
-def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[str]]]) -> None:
+@dataclass(frozen=True, slots=True)
+class DeclaredSync:
+    """What applying config.yaml's users changed besides adding them: identities it gave someone
+    before and no longer does (released: their next message comes from a new person), and users
+    it no longer declares whose extra roles were taken back (user id → the roles they had)."""
+
+    released: tuple[tuple[str, str], ...] = ()  # (identity, the user it belonged to)
+    roles_reset: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+PLAIN_ROLES = ["user"]  # what a person has without the config saying otherwise
+
+
+def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[str]]]) -> DeclaredSync:
     now = utcnow()
+    given: dict[str, str] = {}
     for uid, roles, idents in declared:
         row = conn.execute(select(users.c.id).where(users.c.id == uid)).first()
         if row is None:
@@ -39,11 +58,32 @@ def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[s
         else:
             conn.execute(update(users).where(users.c.id == uid).values(roles=list(roles)))
         for ident in idents:
+            given[ident] = uid
             owner = conn.execute(select(identities.c.user_id).where(identities.c.identity == ident)).scalar()
             if owner is None:
-                conn.execute(insert(identities).values(identity=ident, user_id=uid, created_at=now))
-            elif owner != uid:
-                conn.execute(update(identities).where(identities.c.identity == ident).values(user_id=uid))
+                conn.execute(insert(identities).values(identity=ident, user_id=uid, created_at=now, declared=True))
+            else:
+                conn.execute(
+                    update(identities).where(identities.c.identity == ident).values(user_id=uid, declared=True)
+                )
+    # The config is the only source of roles and of declared identities: what it stopped saying
+    # must not stay in force (an account taken out of an admin's list would otherwise stay admin).
+    earlier = conn.execute(
+        select(identities.c.identity, identities.c.user_id).where(identities.c.declared.is_(True))
+    ).all()
+    released = tuple((r.identity, r.user_id) for r in earlier if r.identity not in given)
+    if released:
+        conn.execute(delete(identities).where(identities.c.identity.in_([ident for ident, _ in released])))
+    kept = {uid for uid, _, _ in declared}
+    raised = conn.execute(
+        select(users.c.id, users.c.roles).where(
+            users.c.id.not_in(kept), cast(users.c.roles, String) != json.dumps(PLAIN_ROLES)
+        )
+    ).all()
+    reset = tuple((r.id, tuple(r.roles)) for r in raised if list(r.roles) != PLAIN_ROLES)
+    if reset:
+        conn.execute(update(users).where(users.c.id.in_([uid for uid, _ in reset])).values(roles=PLAIN_ROLES))
+    return DeclaredSync(released, reset)
 
 
 def _load_user(conn: Connection, user_id: str) -> User | None:
@@ -90,7 +130,7 @@ def _insert_user(conn: Connection, uid: str, identity: str, display_name: str | 
     if conn.execute(select(users.c.id).where(users.c.id == uid)).first():
         return False
     now = utcnow()
-    conn.execute(insert(users).values(id=uid, roles=["user"], created_at=now))
+    conn.execute(insert(users).values(id=uid, roles=PLAIN_ROLES, created_at=now))
     conn.execute(insert(identities).values(identity=identity, user_id=uid, display_name=display_name, created_at=now))
     return True
 
@@ -114,11 +154,17 @@ class IdentityStore:
             self._users.clear()
             self._cached_since = time.monotonic()
 
-    async def sync_declared(self, declared: Iterable[tuple[str, list[str], list[str]]]) -> None:
-        """Apply config-declared users (id, roles, identities); config wins over what was stored."""
-        await self._db.write(_sync_declared, list(declared))
+    async def sync_declared(self, declared: Iterable[tuple[str, list[str], list[str]]]) -> DeclaredSync:
+        """Apply config-declared users (id, roles, identities); config wins over what was stored,
+        and what it no longer declares is taken back (see DeclaredSync), each change logged."""
+        done = await self._db.write(_sync_declared, list(declared))
         self._by_identity.clear()
         self._users.clear()
+        for identity, uid in done.released:
+            event(log, "config_identity_released", logging.WARNING, identity=identity, user=uid)
+        for uid, roles in done.roles_reset:
+            event(log, "config_user_roles_reset", logging.WARNING, user=uid, roles=",".join(roles), now="user")
+        return done
 
     def forget(self, identity: str | None = None, user_ids: tuple[str, ...] = ()) -> None:
         """Drop cached lookups after identities moved between users (linking)."""

@@ -73,7 +73,10 @@ def _redeem(conn: Connection, code_hash: str, identity: str) -> str:
     if owner is None:
         conn.execute(insert(identities).values(identity=identity, user_id=row.user_id, created_at=now))
     else:
-        conn.execute(update(identities).where(identities.c.identity == identity).values(user_id=row.user_id))
+        # A link is the person's own doing, not the config's: no longer a declared identity.
+        conn.execute(
+            update(identities).where(identities.c.identity == identity).values(user_id=row.user_id, declared=False)
+        )
     return str(row.user_id)
 
 

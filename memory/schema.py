@@ -66,6 +66,9 @@ identities = Table(
     Column("user_id", String(128), ForeignKey("users.id"), nullable=False, index=True),
     Column("display_name", String(255)),
     Column("created_at", UTCDateTime, nullable=False),
+    # Given to its user by config.yaml's users: (not by first contact or a link code): taken out of
+    # the config, the identity is released (see identities._sync_declared).
+    Column("declared", Boolean, nullable=False, default=False, server_default="0"),
 )
 
 sessions = Table(

@@ -215,6 +215,21 @@ async def test_a_token_removed_from_config_stops_working_for_rest_and_console(
     assert await say(http, gw, "still me") == "echo: still me"
 
 
+async def test_an_admin_taken_out_of_the_config_is_a_plain_user_at_once(world: World) -> None:
+    world.data["users"]["dana"] = {"roles": ["admin"], "identities": ["telegram:77"]}
+    gw = await world.start()
+    assert gw.storage is not None
+    ids = gw.storage.identities
+    assert (await ids.resolve("telegram:77")).roles == ("admin",)
+
+    world.edit(lambda data: data["users"].pop("dana"))
+    await world.reloaded(1)
+    dana = await ids.get_user("dana")
+    assert dana is not None and dana.roles == ("user",)
+    stranger = await ids.resolve("telegram:77")  # the account is no longer dana's
+    assert stranger.id != "dana" and stranger.roles == ("user",)
+
+
 async def test_a_turn_under_way_finishes_with_the_config_it_started_with(
     world: World, fake_llm: FakeLLM, http: aiohttp.ClientSession
 ) -> None:

@@ -200,6 +200,40 @@ async def test_identities_resolve_and_link(storage: Storage) -> None:
     assert (await storage.identities.resolve("discord:9")).id == "ann"
 
 
+async def test_what_the_config_stops_declaring_is_taken_back(
+    storage: Storage, caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = storage.identities
+    await ids.sync_declared(
+        [("ann", ["admin"], ["telegram:1", "discord:1"]), ("bob", ["admin", "user"], ["slack:T/U2"])]
+    )
+    stranger = await ids.resolve("discord:9")  # first contact: not the config's
+    code = await storage.links.create("ann", "telegram:1")
+    assert await storage.links.redeem(code, "discord:9") == "ann"  # linked by ann herself
+    # ann loses discord:1 from her list; bob is taken out of the config altogether.
+    caplog.set_level("WARNING", logger="clawgate.identities")
+    done = await ids.sync_declared([("ann", ["admin"], ["telegram:1"])])
+    assert sorted(done.released) == [("discord:1", "ann"), ("slack:T/U2", "bob")]
+    assert done.roles_reset == (("bob", ("admin", "user")),)
+    ann = await ids.get_user("ann")
+    assert ann is not None and ann.roles == ("admin",) and set(ann.identities) == {"telegram:1", "discord:9"}
+    # The released accounts start over as new people, with no role and none of ann's memory.
+    newcomer = await ids.resolve("discord:1")
+    assert (newcomer.id, newcomer.roles) == ("discord-1", ("user",))
+    bob = await ids.get_user("bob")
+    assert bob is not None and bob.roles == ("user",) and bob.identities == ()  # his data stays, unreachable
+    assert (await ids.resolve("slack:T/U2")).id != "bob"
+    assert stranger.id == "discord-9"
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("config_identity_released" in m and "identity=slack:T/U2" in m and "user=bob" in m for m in logged)
+    assert any("config_user_roles_reset" in m and "user=bob" in m for m in logged)
+    # Applying the same config again changes nothing more.
+    assert await ids.sync_declared([("ann", ["admin"], ["telegram:1"])]) == type(done)()
+    # Declared again, an identity moves back to its user, whoever holds it now.
+    await ids.sync_declared([("ann", ["admin"], ["telegram:1", "discord:1"])])
+    assert (await ids.resolve("discord:1")).id == "ann"
+
+
 async def test_concurrent_first_contacts_share_one_user(storage: Storage) -> None:
     found = await asyncio.gather(*(storage.identities.resolve("slack:T1/U1") for _ in range(20)))
     assert {u.id for u in found} == {"slack-T1-U1"}
