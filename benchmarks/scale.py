@@ -222,7 +222,7 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             await fake.stop()
             if pg is not None:
                 pg.stop()
-        error_lines = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
+        error_lines = shared.logged_errors(log)
     one, round_robin, sticky = results
     return {
         "environment": {

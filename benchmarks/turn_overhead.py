@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -544,6 +545,19 @@ async def must_turn(http: aiohttp.ClientSession, url: str, conv: str, i: int) ->
         raise RuntimeError(f"warm-up turn failed: {err}")
 
 
+def logged_errors(log: Path) -> list[str]:
+    """What the children logged at ERROR (the gateway logs at WARNING), each line with the traceback
+    under it: the cause of failed turns."""
+    out: list[str] = []
+    inside = False
+    for line in log.read_text(errors="replace").splitlines():
+        if re.match(r"\d{4}-\d\d-\d\d ", line):  # a new log line
+            inside = " ERROR " in line
+        if inside:
+            out.append(line)
+    return out
+
+
 def _progress(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
@@ -657,8 +671,7 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             if gateway is not None:
                 await gateway.stop()
             await fake.stop()
-        # What the children logged at ERROR (the gateway logs at WARNING): the cause of failed turns.
-        error_lines = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
+        error_lines = logged_errors(log)
 
     lite = {r["name"]: r for r in baseline["results"]}
     # REST turns ask for one JSON answer, through the transport the gateway uses: the model call's share.
