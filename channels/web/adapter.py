@@ -279,6 +279,7 @@ class WebAdapter:
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=self.config.max_message_bytes + 4096)
         await ws.prepare(request)
         user_id: str | None = None
+        token: str | None = None
         key: str | None = None
         conv: str | None = None
         try:
@@ -297,6 +298,8 @@ class WebAdapter:
                 kind = frame.get("type")
                 if kind == "hello":
                     token = frame.get("token") or None
+                    if token is not None and not isinstance(token, str):
+                        token = str(token)
                     user_id = self.services.authenticate(token) if token else None
                     if user_id is None and token is None and self._local_visitor(request):
                         user_id = self.config.local_user
@@ -328,6 +331,13 @@ class WebAdapter:
                     if user_id is None:
                         await ws.send_json({"type": "error", "error": "say hello first"})
                         continue
+                    if token is not None and self.services.authenticate(token) != user_id:
+                        # The token was taken out of the config (a reload) since this socket said hello.
+                        event(log, "web_ws_token_revoked", logging.WARNING, user=user_id)
+                        await ws.send_json(
+                            {"type": "error", "error": "unauthorized: this token is no longer valid", "fatal": True}
+                        )
+                        break
                     try:
                         text = self._text(frame.get("text"))
                     except web.HTTPException as exc:

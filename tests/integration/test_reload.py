@@ -185,7 +185,7 @@ async def test_changes_that_need_a_restart_are_logged_and_left_as_they_run(
     assert gw.reloader.needs_restart == ()
 
 
-async def test_a_token_removed_from_config_stops_working_for_rest_and_console(
+async def test_a_token_removed_from_config_stops_working_for_rest_console_and_open_sockets(
     world: World, http: aiohttp.ClientSession
 ) -> None:
     gw = await world.start()
@@ -193,6 +193,9 @@ async def test_a_token_removed_from_config_stops_working_for_rest_and_console(
     assert r.status == 200
     assert (await http.get(gw.url + "/api/v1/session")).status == 200
     assert await say(http, gw, "hi", token=BOB_TOKEN) == "echo: hi"
+    ws = await http.ws_connect(gw.url + "/ws")  # a chat window left open
+    await ws.send_json({"type": "hello", "token": BOB_TOKEN, "conversation": "main"})
+    assert (await ws.receive_json(timeout=5))["type"] == "ready"
 
     carol_token = "carol-token-0123456789"
 
@@ -208,6 +211,11 @@ async def test_a_token_removed_from_config_stops_working_for_rest_and_console(
     assert (await http.get(gw.url + "/v1/models", headers=auth(BOB_TOKEN))).status == 401
     assert (await http.get(gw.url + "/api/v1/session", headers=auth(BOB_TOKEN))).status == 401
     assert await say(http, gw, "new here", token=carol_token) == "echo: new here"
+    await ws.send_json({"type": "message", "text": "still there?"})
+    refused = await ws.receive_json(timeout=5)
+    assert refused["fatal"] and "no longer valid" in refused["error"]
+    assert (await ws.receive(timeout=5)).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    assert not any("still there?" in str(r["messages"]) for r in world.fake.requests)  # never answered
     # The new token is a secret like the others: redacted from logs, refused by memory and jobs.
     assert redactor().redact(f"token {carol_token}") == "token [redacted]"
     assert gw.jobs is not None and gw.session_memory is not None
