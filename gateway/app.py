@@ -34,7 +34,7 @@ from gateway.memory_tools import consolidate_tool, memory_tools, search_archive_
 from gateway.merge_job import MERGE_JOB, Merger, scheduler_from_config
 from gateway.metrics import Metrics
 from gateway.openai_api import OpenAIApi
-from gateway.ports import Adapter, ChannelServices, HistoryItem
+from gateway.ports import Adapter, ChannelServices, HistoryItem, RecordedReply
 from gateway.recall import TurnRecall, embedder_from_config
 from gateway.recall_trace import TraceRecorder
 from gateway.reload import Reloader, llm_settings
@@ -117,6 +117,7 @@ class Gateway:
             history=self._history,
             commands=tuple((c.name, c.summary) for c in COMMANDS.values()),
             accept=self._accept,
+            replay=self._replay,
         )
         for name, ch_cfg in self.config.channels.items():
             if getattr(ch_cfg, "enabled", True):
@@ -207,6 +208,11 @@ class Gateway:
         if self.router is None:
             raise RuntimeError("the gateway is not started")
         return await self.router.accept(ev)
+
+    async def _replay(self, ev: MessageReceived) -> RecordedReply | None:
+        if self.router is None:
+            raise RuntimeError("the gateway is not started")
+        return await self.router.replay(ev)
 
     def _leases(self, storage: Storage) -> SessionLeases | None:
         """Session leases in the database when other instances may share it (not on SQLite)."""

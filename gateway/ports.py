@@ -96,3 +96,17 @@ class ChannelServices:
     # Journal an event before the platform is acknowledged (webhooks); False: seen before. The
     # channel hands the event to its sink afterwards as usual.
     accept: Callable[[MessageReceived], Awaitable[bool]] | None = None
+    # An HTTP client's retry of an event seen before (same idempotency key): the reply recorded for
+    # it, once the first try's turn is over, or None when there is none to give (refused, failed).
+    # Raises KeyReused when the retry's text is not the first try's.
+    replay: Callable[[MessageReceived], Awaitable[RecordedReply | None]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedReply:
+    text: str
+    message_id: str | None
+
+
+class KeyReused(Exception):
+    """An idempotency key sent again with a different message."""

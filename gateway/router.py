@@ -15,7 +15,7 @@ from gateway import access, commands
 from gateway.config import ChatChannelConfig, Config
 from gateway.config_load import secret_values
 from gateway.context import PromptContext
-from gateway.delivery import Delivery
+from gateway.delivery import Delivery, reply_key
 from gateway.events import (
     ConversationKind,
     ConversationRef,
@@ -27,7 +27,7 @@ from gateway.events import (
 from gateway.logs import event
 from gateway.memory_service import MemoryService
 from gateway.metrics import Metrics
-from gateway.ports import Adapter, DeliveryError, SessionBusy
+from gateway.ports import Adapter, DeliveryError, KeyReused, RecordedReply, SessionBusy
 from gateway.recall import TurnMemory, TurnRecall
 from gateway.recall_trace import TraceRecorder
 from gateway.session_memory import FlushTarget, SessionMemory
@@ -176,6 +176,35 @@ class Router:
         if keep:
             self._accepted.add(ev.event_id)
         return True
+
+    async def replay(self, ev: MessageReceived) -> RecordedReply | None:
+        """An HTTP client sent `ev` again with the same idempotency key (its first try timed out,
+        or reached an instance that died). A first try still running is waited for: here through
+        the session's slot, elsewhere through its lease. One whose instance died before finishing
+        is answered now, under the lease, so once. Then: the reply recorded for it, if any."""
+        found = await self.storage.journal.journaled(ev.event_id)
+        if found is None:
+            return None
+        if found[1].payload.get("text") != self._journaled(ev).get("text"):
+            raise KeyReused(ev.event_id)
+        if found[0] == "received":
+            if self.leases is None:
+                async with self.session_slot(ev.ref.session_key):
+                    pass  # the first try is this process's: it holds the slot until it is done
+            else:
+                async with self.leases.hold(ev.ref.session_key) as lease:
+                    assert lease is not None
+                    found = await self.storage.journal.journaled(ev.event_id)
+                    if found is not None and found[0] == "received":
+                        await self._resume(found[1], ev)
+            found = await self.storage.journal.journaled(ev.event_id)
+        if found is None or found[0] != "done":
+            return None
+        reply = await self.storage.sessions.reply_for_event(ev.event_id)
+        if reply is None:
+            return None
+        sent = await self.storage.journal.sent_before(reply_key(ev.event_id))
+        return RecordedReply(reply.content, sent[1] if sent is not None else None)
 
     def _journaled(self, ev: MessageReceived) -> dict[str, Any]:
         """The payload kept in the journal. A /remember with a secret in it is refused, and the
@@ -409,6 +438,8 @@ class Router:
             outcome = "delivery_error"
             result = None
         produced = result.produced if result is not None else []
+        for message in produced:  # the event's reply, found again by a retry or a resumed turn
+            message.event_id = ev.event_id
         await self.storage.sessions.append(
             state,
             [user_msg, *produced],

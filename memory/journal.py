@@ -64,6 +64,11 @@ def _outbound_row(conn: Connection, key: str) -> tuple[str, str | None] | None:
     return None if row is None else (str(row.status), row.message_id)
 
 
+def _journaled(conn: Connection, event_id: str) -> tuple[str, PendingEvent] | None:
+    r = conn.execute(select(inbound_events).where(inbound_events.c.event_id == event_id)).first()
+    return None if r is None else (str(r.status), PendingEvent(r.event_id, r.channel, r.payload, r.attempts))
+
+
 def _unfinished(conn: Connection) -> list[PendingEvent]:
     rows = conn.execute(
         select(inbound_events).where(inbound_events.c.status == "received").order_by(inbound_events.c.received_at)
@@ -139,6 +144,10 @@ class Journal:
 
     async def finish(self, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None) -> None:
         await self._db.write(finish_in, event_id, status, sent)
+
+    async def journaled(self, event_id: str) -> tuple[str, PendingEvent] | None:
+        """(status, the event) of one journaled event; None when it was never seen."""
+        return await self._db.read(_journaled, event_id)
 
     async def unfinished(self) -> list[PendingEvent]:
         return await self._db.read(_unfinished)

@@ -17,7 +17,7 @@ from aiohttp import WSMsgType, web
 from gateway.config import WebChannelConfig
 from gateway.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.logs import event
-from gateway.ports import Capabilities, ChannelServices, EventSink, Health, SessionBusy
+from gateway.ports import Capabilities, ChannelServices, EventSink, Health, KeyReused, SessionBusy
 
 log = logging.getLogger("clawgate.channels.web")
 STATIC = Path(__file__).with_name("static")
@@ -113,10 +113,13 @@ class WebAdapter:
             await asyncio.wait(tasks, timeout=5)
 
     async def send(self, msg: OutboundMessage) -> MessageRef:
-        ref = MessageRef(msg.conversation, uuid.uuid4().hex)
+        pending = self._pending.get(msg.in_reply_to_event or "")
+        first = pending is not None and pending.ref_id is None
+        # A request's reply is named after the request, so that a replay of it (a retry with the
+        # same Idempotency-Key) names the same message; anything else gets a random id.
+        ref = MessageRef(msg.conversation, _reply_id(msg.in_reply_to_event) if first else uuid.uuid4().hex)
         if msg.in_reply_to_event:
             self._ref_event[ref.message_id] = msg.in_reply_to_event
-            pending = self._pending.get(msg.in_reply_to_event)
             if pending is not None:
                 pending.ref_id = ref.message_id
         await self._deliver(ref, msg.text, msg.final, msg.in_reply_to_event)
@@ -179,19 +182,38 @@ class WebAdapter:
             wants_stream=wants_stream,
         )
 
-    async def _run(self, ev: MessageReceived) -> tuple[str, str]:
-        """Hand an event to the gateway and wait for its final reply text."""
+    async def _run(self, ev: MessageReceived) -> _Reply:
+        """Hand an event to the gateway and wait for its final reply. An event seen before (a
+        retry with the same idempotency key) gets the reply recorded for it (`replayed`), once the
+        first try is over; _DuplicateEvent when there is none to give."""
         if self._sink is None:
             raise _json_error(503, "the gateway is starting; try again shortly", {"Retry-After": "1"})
+        first = self._pending.get(ev.event_id)
+        if first is not None:  # the same request is being answered here right now: share its answer
+            try:
+                text, message_id = await asyncio.shield(first.future)
+                return _Reply(text, message_id, replayed=True)
+            except asyncio.CancelledError:
+                if not first.future.cancelled():
+                    raise  # this request was cancelled, not the first one's wait
         loop = asyncio.get_running_loop()
         pending = self._pending[ev.event_id] = _Pending(loop.create_future())
         try:
             await self._sink(ev)
-            if not pending.future.done():
+            recorded = None
+            if not pending.future.done() and self.services.replay is not None:
+                recorded = await self.services.replay(ev)  # may answer the event itself (see Router.replay)
+            if pending.future.done():
+                text, message_id = pending.future.result()
+                return _Reply(text, message_id)
+            if recorded is None:
                 raise _DuplicateEvent()
-            return pending.future.result()
+            return _Reply(recorded.text, recorded.message_id or _reply_id(ev.event_id), replayed=True)
         finally:
-            self._pending.pop(ev.event_id, None)
+            if self._pending.get(ev.event_id) is pending:
+                del self._pending[ev.event_id]
+            if not pending.future.done():
+                pending.future.cancel()  # a retry waiting on it goes its own way (see above)
 
     # -- HTTP handlers ---------------------------------------------------------------------------
 
@@ -255,12 +277,17 @@ class WebAdapter:
             raise _json_error(400, "Idempotency-Key must be 1-128 characters")
         ev = self._event(user_id, conv, text, idem, wants_stream=False)
         try:
-            reply, message_id = await self._run(ev)
+            reply = await self._run(ev)
         except _DuplicateEvent:
             raise _json_error(409, "a request with this Idempotency-Key was already processed") from None
+        except KeyReused:
+            raise _json_error(422, "this Idempotency-Key was already used for a different message") from None
         except SessionBusy:
             raise _json_error(429, "too many messages waiting in this conversation", {"Retry-After": "2"}) from None
-        return web.json_response({"reply": reply, "session": ev.ref.session_key, "message_id": message_id})
+        return web.json_response(
+            {"reply": reply.text, "session": ev.ref.session_key, "message_id": reply.message_id},
+            headers={"Idempotent-Replayed": "true"} if reply.replayed else None,
+        )
 
     async def _get_messages(self, request: web.Request) -> web.Response:
         user_id = self._api_user(request)
@@ -357,8 +384,10 @@ class WebAdapter:
 
     async def _ws_turn(self, ws: web.WebSocketResponse, ev: MessageReceived) -> None:
         try:
+            # A message id sent again is not answered again: its reply reached this conversation's
+            # sockets when it was made, and a reconnecting page gets it with the history.
             await self._run(ev)
-        except _DuplicateEvent:
+        except (_DuplicateEvent, KeyReused):
             pass
         except SessionBusy:
             await self._ws_error(ws, "busy: too many messages waiting, try again shortly", ev)
@@ -371,8 +400,22 @@ class WebAdapter:
             await ws.send_json({"type": "error", "error": reason, "event": ev.event_id})
 
 
+_REPLY_IDS = uuid.UUID("5f0c3a4e-8d7b-4c52-9a61-3b2f7e9d1c08")  # a namespace of this adapter's own
+
+
+def _reply_id(event_id: str | None) -> str:
+    return uuid.uuid5(_REPLY_IDS, event_id or "").hex
+
+
 class _DuplicateEvent(Exception):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    text: str
+    message_id: str | None
+    replayed: bool = False  # the reply recorded for an earlier try with the same idempotency key
 
 
 def _allowed_origins(request: web.Request) -> set[str]:
@@ -386,6 +429,7 @@ def _json_error(status: int, message: str, headers: dict[str, str] | None = None
         401: web.HTTPUnauthorized,
         409: web.HTTPConflict,
         413: web.HTTPRequestEntityTooLarge,
+        422: web.HTTPUnprocessableEntity,
         429: web.HTTPTooManyRequests,
         503: web.HTTPServiceUnavailable,
     }[status]

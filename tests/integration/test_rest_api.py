@@ -2,16 +2,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 import pytest
 
+from channels.web.adapter import WebAdapter
 from gateway.app import Gateway
+from gateway.events import event_to_payload
 from gateway.session_memory import FLUSH_INSTRUCTIONS
+from memory.db import Database
 from memory.formation import INSTRUCTIONS as FORMATION_INSTRUCTIONS
+from memory.storage import Storage
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, auth
-from tests.fakes.llm import FakeLLM, Reply
+from tests.fakes.llm import FakeLLM, Gate, Reply
+from tests.postgres import fresh_database_url
 
 
 async def post(
@@ -127,14 +133,42 @@ async def test_a_message_sent_in_pieces_is_read_whole(
     assert fake_llm.requests[-1]["messages"][-1]["content"] == text
 
 
-async def test_idempotency_key_prevents_a_second_turn(
+async def test_a_retry_with_the_idempotency_key_gets_the_first_reply_without_a_second_turn(
     gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
 ) -> None:
     headers = {"Idempotency-Key": "msg-1"}
     first = await post(http, gateway, {"text": "only once"}, headers=headers)
-    assert first.status == 200
+    assert first.status == 200 and "Idempotent-Replayed" not in first.headers
     again = await post(http, gateway, {"text": "only once"}, headers=headers)
-    assert again.status == 409
+    assert again.status == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert await again.json() == await first.json()  # the same reply, message id and session
+    assert len(fake_llm.requests) == 1
+    # The key with another message is a client bug, not a retry.
+    other = await post(http, gateway, {"text": "something else"}, headers=headers)
+    assert other.status == 422 and "different message" in (await other.json())["error"]
+    # Another person's key of the same name is theirs alone.
+    bobs = await post(http, gateway, {"text": "only once"}, token=BOB_TOKEN, headers=headers)
+    assert bobs.status == 200 and "Idempotent-Replayed" not in bobs.headers
+    assert len(fake_llm.requests) == 2
+    # A command has no recorded reply to give again.
+    assert (await post(http, gateway, {"text": "/help"}, headers={"Idempotency-Key": "cmd"})).status == 200
+    assert (await post(http, gateway, {"text": "/help"}, headers={"Idempotency-Key": "cmd"})).status == 409
+
+
+async def test_a_retry_while_the_first_try_runs_waits_for_its_reply(
+    gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    fake_llm.script(Gate(then=Reply("worth the wait")))
+    headers = {"Idempotency-Key": "slow-1"}
+    first = asyncio.create_task(post(http, gateway, {"text": "take your time"}, headers=headers))
+    await fake_llm.wait_requests(1)
+    retry = asyncio.create_task(post(http, gateway, {"text": "take your time"}, headers=headers))
+    await asyncio.sleep(0.1)  # the retry is in, waiting for the first try
+    assert not retry.done()
+    fake_llm.release()
+    a, b = await first, await retry
+    assert (a.status, b.status) == (200, 200) and b.headers["Idempotent-Replayed"] == "true"
+    assert (await a.json())["reply"] == (await b.json())["reply"] == "worth the wait"
     assert len(fake_llm.requests) == 1
 
 
@@ -190,3 +224,31 @@ async def test_a_crashing_turn_apologizes_and_is_not_retried(
     assert (await gateway.storage.journal.counts()).get("failed") == 1
     monkeypatch.undo()
     assert (await (await post(http, gateway, {"text": "works again"})).json())["reply"] == "echo: works again"
+
+
+async def test_a_retry_answers_a_request_whose_instance_died_before_replying(
+    gateway_factory: Callable[..., Any], fake_llm: FakeLLM, http: aiohttp.ClientSession
+) -> None:
+    # Several instances on PostgreSQL: instance A took a request (journaled it, started the turn)
+    # and died before answering. The client's retry with the same key reaches instance B.
+    url = fresh_database_url()
+    dead = Storage(Database(url))
+    b = await gateway_factory(fake_llm, storage__database_url=url)
+    try:
+        adapter = b.adapters["web"]
+        assert isinstance(adapter, WebAdapter) and b.router is not None
+        ev = adapter._event("alice", None, "are you there?", "lost-1", wants_stream=False)
+        assert await dead.journal.record(ev.event_id, "web", ev.ref.session_key, event_to_payload(ev))
+        await dead.journal.bump_attempts(ev.event_id)  # A started it; no lease is held any more
+        headers = {"Idempotency-Key": "lost-1"}
+        fake_llm.script(Reply("here now"))
+        r = await post(http, b, {"text": "are you there?"}, headers=headers)
+        assert r.status == 200 and "Idempotent-Replayed" not in r.headers
+        assert (await r.json())["reply"] == "here now"
+        again = await post(http, b, {"text": "are you there?"}, headers=headers)
+        assert again.status == 200 and again.headers["Idempotent-Replayed"] == "true"
+        assert (await again.json())["reply"] == "here now"
+        assert len(fake_llm.requests) == 1
+        assert (await dead.journal.journaled(ev.event_id) or ("?",))[0] == "done"
+    finally:
+        await dead.close()
