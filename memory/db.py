@@ -106,6 +106,7 @@ def _ping(connection: Connection) -> None:
 # may have restarted or dropped it meanwhile). SQLAlchemy's pool_pre_ping pings on *every* checkout:
 # a round trip in each of a turn's ~7 transactions, about a fifth of the database's work per turn.
 IDLE_PING_SECONDS = 5.0
+POOL_SIZE = 20  # connections a process keeps to PostgreSQL (and as many more for a burst)
 
 
 def _stamp_checkin(_dbapi_conn: Any, record: Any) -> None:
@@ -129,7 +130,7 @@ class Database:
     "async" forces SQLAlchemy async for SQLite too (aiosqlite), so tests can exercise that path.
     """
 
-    def __init__(self, url: str, runner: Runner = "auto", pool_size: int = 20) -> None:
+    def __init__(self, url: str, runner: Runner = "auto") -> None:
         self.url = url
         parsed = make_url(url)
         self.backend = parsed.get_backend_name()  # "sqlite", "postgresql"
@@ -166,11 +167,10 @@ class Database:
             event.listen(self._async_engine.sync_engine, "connect", _sqlite_pragmas)
         else:
             # Every session a process is answering may be at the database at once (its turn, its
-            # lease renewal, a waiting turn's poll): more than the default 5 + 10 connections.
-            # The pool must hold what a busy process uses at once: a connection closed on check-in
-            # (over pool_size) is a server process forked again at the next checkout, which cost a
-            # third of a core at 120 turns/s with 10 (benchmarks/scale.py).
-            self._async_engine = create_async_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+            # lease renewal, a waiting turn's poll), and the pool must keep what a busy process uses:
+            # a connection closed on check-in (over pool_size) is a server process forked again at
+            # the next checkout, which cost a third of a core at 120 turns/s with 10 (scale.py).
+            self._async_engine = create_async_engine(parsed, pool_size=POOL_SIZE, max_overflow=POOL_SIZE)
             event.listen(self._async_engine.sync_engine, "checkin", _stamp_checkin)
             event.listen(self._async_engine.sync_engine, "checkout", _ping_if_idle)
             # Reads need no transaction (READ COMMITTED gives each statement its own snapshot, in a

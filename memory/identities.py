@@ -50,7 +50,7 @@ PLAIN_ROLES = ["user"]  # what a person has without the config saying otherwise
 
 def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[str]]]) -> DeclaredSync:
     now = utcnow()
-    given: dict[str, str] = {}
+    given: set[str] = set()
     for uid, roles, idents in declared:
         row = conn.execute(select(users.c.id).where(users.c.id == uid)).first()
         if row is None:
@@ -58,7 +58,7 @@ def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[s
         else:
             conn.execute(update(users).where(users.c.id == uid).values(roles=list(roles)))
         for ident in idents:
-            given[ident] = uid
+            given.add(ident)
             owner = conn.execute(select(identities.c.user_id).where(identities.c.identity == ident)).scalar()
             if owner is None:
                 conn.execute(insert(identities).values(identity=ident, user_id=uid, created_at=now, declared=True))

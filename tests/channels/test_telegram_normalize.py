@@ -191,6 +191,8 @@ def test_mention_is_stripped_wherever_it_is(before: str, after: str) -> None:
     data["message"]["text"] = text
     data["message"]["entities"] = [{"type": "mention", "offset": offset, "length": len(handle)}]
     ev = norm(data)
+    # NUL characters are dropped from inbound text (PostgreSQL refuses them in text columns).
+    before, after = before.replace("\x00", ""), after.replace("\x00", "")
     if not (before + after).strip():
         assert ev is not None and ev.text == ""
         return
