@@ -152,9 +152,9 @@ class Gateway:
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
             tools.append(consolidate_tool(self.consolidator, self.jobs))
-        engine = TurnEngine(self.config, self.llm, ToolRegistry(tools, PresetStore(storage.db, list(secrets))))
+        engine = TurnEngine(self.config, self.llm, ToolRegistry(tools, PresetStore(storage.db, secrets)))
         core = CoreFiles(daily)
-        self.traces = TraceRecorder(TraceStore(storage.db), list(secrets))
+        self.traces = TraceRecorder(TraceStore(storage.db), secrets)
         self.router = Router(
             self.config,
             storage,

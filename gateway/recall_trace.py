@@ -91,7 +91,7 @@ def build_items(turn: TurnMemory, kept: Sequence[Section]) -> list[TraceItem]:
 class TraceRecorder:
     def __init__(self, store: TraceStore, secrets: Sequence[str] = ()) -> None:
         self.store = store
-        self._secrets = list(secrets)
+        self._secrets = secrets  # the gateway's list, extended in place by a config reload
         self._pending: set[asyncio.Task[None]] = set()
         # Traces are written one at a time, in the order the turns finished: on PostgreSQL two
         # concurrent inserts may take their ids out of order, and "newest first" goes by id.

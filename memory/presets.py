@@ -16,7 +16,7 @@ import builtins
 import json
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -174,9 +174,11 @@ def _list(conn: Connection, tool: str | None, approved: bool | None, limit: int)
 
 
 class PresetStore:
-    def __init__(self, db: Database, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, db: Database, secrets: Sequence[str] = ()) -> None:
         self._db = db
-        self._secrets = list(secrets)  # the gateway's configured secrets: refused in a preset too
+        # The gateway's configured secrets, refused in a preset too: its own list, which a config
+        # reload extends in place, so a new token is refused at once.
+        self._secrets = secrets
 
     async def add(
         self,

@@ -22,6 +22,7 @@ from gateway.config import Config
 from gateway.config_load import load_config, parse_config
 from gateway.logs import redactor
 from gateway.reload import plan_reload
+from memory.presets import PresetError, PresetStore
 from memory.storage import Storage
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth, config_data, say
 from tests.fakes.llm import FakeLLM, Gate, Hang, Reply, ToolCall
@@ -220,6 +221,11 @@ async def test_a_token_removed_from_config_stops_working_for_rest_console_and_op
     assert redactor().redact(f"token {carol_token}") == "token [redacted]"
     assert gw.jobs is not None and gw.session_memory is not None
     assert carol_token in gw.jobs.secrets and carol_token in gw.session_memory.daily.secrets
+    assert gw.router is not None
+    presets = gw.router.engine.tools.presets
+    assert isinstance(presets, PresetStore)
+    with pytest.raises(PresetError):  # a tool preset may not carry it either
+        await presets.add("search", "leak", {"query": carol_token}, None, created_by="alice", approved=True)
     assert await say(http, gw, "still me") == "echo: still me"
 
 
