@@ -56,6 +56,8 @@ def report(summary: Summary, memory_dir: Path, out: IO[str]) -> None:
         "verified: every table has as many rows as the source and the same content (a checksum of every row)\n"
         f"moved {summary.sequences} id sequences past the copied ids\n"
     )
+    if summary.vector_indexes:
+        w(f"built {summary.vector_indexes} HNSW vector indexes and the planner's statistics\n")
     for t in summary.tables:
         notes = [f"computed by PostgreSQL: {', '.join(t.computed)}"] if t.computed else []
         notes += [f"left to their default: {', '.join(t.defaulted)}"] if t.defaulted else []

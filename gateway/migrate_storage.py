@@ -61,6 +61,7 @@ from sqlalchemy.types import NullType, TypeEngine
 from gateway.doctor import mask_url
 from memory import schema
 from memory.db import Database, known_revisions, migrate_in
+from memory.vectors import prepare_indexes
 
 BATCH = 1000  # rows per read and per INSERT
 CONNECT_TIMEOUT_S = 15.0
@@ -105,6 +106,7 @@ class Summary:
     full_text: tuple[str, ...]  # SQLite's FTS5 indexes: not copied, the target indexes the text itself
     not_copied: tuple[str, ...]  # any other source table outside the schema
     seconds: float
+    vector_indexes: int = 0  # HNSW indexes built for the copied vectors
 
     @property
     def rows(self) -> int:
@@ -423,6 +425,7 @@ class _Job:
     doing: str = "checking the target"
     plans: list[_Plan] = field(default_factory=list)
     sequences: int = 0
+    vector_indexes: int = 0
 
     def run(self, dst: Connection) -> None:
         _check_empty(_target_state(dst), self.url)
@@ -440,6 +443,18 @@ class _Job:
         sums = [self._copy(dst, plan) for plan in self.plans]
         self.doing = "resetting the id sequences"
         self.sequences = sum(self._reset_sequences(dst, plan) for plan in self.plans)
+        # What the gateway would otherwise do at its first start, in the background: the HNSW
+        # graphs of the copied vectors (about a minute per 100,000), and fresh planner statistics.
+        # Before the verification: its server-side cursors keep each table in use until the
+        # transaction ends, and PostgreSQL builds no index on a table in use.
+        self.doing = "building the vector indexes"
+        models = dst.execute(select(schema.memory_vectors.c.model_id).distinct()).scalars().all()
+        for n, model_id in enumerate(models):
+            self.progress("vector indexes", n, len(models))
+            self.vector_indexes += prepare_indexes(dst, model_id)
+        self.progress("vector indexes", len(models), len(models))
+        self.doing = "updating the planner's statistics"
+        dst.exec_driver_sql("ANALYZE")
         for plan, expected in zip(self.plans, sums, strict=True):
             self._verify(dst, plan, expected)
 
@@ -544,6 +559,7 @@ async def migrate(
         full_text,
         not_copied,
         time.monotonic() - started,
+        job.vector_indexes,
     )
 
 

@@ -416,7 +416,7 @@ class VectorStore:
         vectors stored before migration 0012); how many were made. Elsewhere nothing to do."""
         if not searched_in_database(self._db):
             return 0
-        return await self._db.write(_prepare, model_id)
+        return await self._db.write(prepare_indexes, model_id)
 
     async def nearest(
         self,
@@ -554,7 +554,7 @@ def ensure_hnsw(conn: Connection, model_id: str, kind: ItemKind, dim: int) -> bo
     return True
 
 
-def _prepare(conn: Connection, model_id: str) -> int:
+def prepare_indexes(conn: Connection, model_id: str) -> int:
     """ensure_hnsw for every kind and dimension `model_id` has vectors of; how many were made."""
     v = memory_vectors.c
     found = conn.execute(select(v.item_kind, v.dim).where(v.model_id == model_id).distinct()).all()

@@ -236,6 +236,15 @@ async def test_everything_moves_and_reads_the_same_on_postgresql(tmp_path: Path)
     assert computed["memory_records"] == ("words",)  # PostgreSQL's own full text, not copied
     assert "memory_records_fts" in summary.full_text and summary.not_copied == ()
     assert "postgres:***@" in summary.target or "@" not in summary.target
+    # Ready to serve at once: the HNSW graphs built (a record, an archive and a daily kind of one
+    # model), the planner's statistics fresh.
+    assert summary.vector_indexes == 3 and seen["vector indexes"] == (1, 1)
+    db = Database(target)
+    try:
+        analyzed = "SELECT count(*) FROM pg_stats WHERE tablename = 'memory_vectors'"
+        assert await db.read(lambda c: c.execute(text(analyzed)).scalar_one()) > 0
+    finally:
+        await db.close()
 
     old, new = await Storage.open(src.url), await Storage.open(target)
     try:
@@ -278,6 +287,7 @@ async def _same_answers(old: Storage, new: Storage, src: Source) -> None:
 
     v_old, v_new = VectorStore(old.db), VectorStore(new.db)
     assert await v_new.coverage(MODEL) == await v_old.coverage(MODEL)
+    assert await v_new.prepare(MODEL) == 0  # no index left for the first start to build
     for kind in ("record", "archive", "daily"):
         assert await v_new.missing(kind, MODEL, 10) == [] == await v_old.missing(kind, MODEL, 10)
     filled = await new.db.read(lambda c: c.execute(text("SELECT count(*), count(embedding) FROM memory_vectors")).one())
