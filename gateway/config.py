@@ -10,6 +10,7 @@ import builtins
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -87,6 +88,21 @@ class WebChannelConfig(_Strict):
     local_user: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] = "local"
     # Inbound message size limit in bytes (UTF-8). Larger bodies get 413.
     max_message_bytes: Annotated[int, Field(ge=1, le=16 * 1024 * 1024)] = 64 * 1024
+    # The address people open when a TLS proxy or load balancer sits in front, e.g.
+    # https://chat.example.com: the console then accepts that origin and marks its cookie Secure.
+    public_url: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _an_origin(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():  # unset, or an empty ${VARIABLE:-}
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} must be an http(s) address, e.g. https://chat.example.com")
+        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError(f"{value!r} must be only a scheme and a host (and port): the gateway serves from /")
+        return f"{parts.scheme}://{parts.netloc.lower()}"
 
     @property
     def is_loopback(self) -> bool:

@@ -300,7 +300,8 @@ class WebAdapter:
 
     async def _ws(self, request: web.Request) -> web.StreamResponse:
         origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/") not in _allowed_origins(request):
+        allowed = _allowed_origins(request) | ({self.config.public_url} if self.config.public_url else set())
+        if origin is not None and origin.rstrip("/") not in allowed:
             event(log, "web_ws_origin_refused", logging.WARNING, origin=origin)
             raise web.HTTPForbidden(text="cross-origin WebSocket refused")
         ws = web.WebSocketResponse(heartbeat=30, max_msg_size=self.config.max_message_bytes + 4096)

@@ -35,7 +35,8 @@ def mount(
     service = ConsoleService(
         gateway.config, storage, memory, core, gateway.recall, gateway.traces.store, status, secrets
     )
-    auth = ConsoleAuth(gateway.auth, storage.console_sessions, storage.identities)
+    public = [ch.public_url for ch in gateway.config.web_channels().values() if ch.public_url]
+    auth = ConsoleAuth(gateway.auth, storage.console_sessions, storage.identities, public)
     ConsoleApi(service, auth).mount(app)
     ConsolePages(service, auth).mount(app)
     return service

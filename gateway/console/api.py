@@ -12,7 +12,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from aiohttp import web
 
-from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, same_origin, set_cookie
+from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie
 from gateway.console.service import ConsoleError, ConsoleService, MemoryQuery, Viewer
 from gateway.server import BodyTooLarge, read_body
 
@@ -150,7 +150,7 @@ class ConsoleApi:
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
         # Signing in sets a cookie: another site must not sign a visitor into someone else's account
         # (a cross-site form can post text/plain that parses as JSON, but cannot send application/json).
-        if request.content_type != "application/json" or not same_origin(request):
+        if request.content_type != "application/json" or not self.auth.same_origin(request):
             return error(403, "sign in with a JSON body (Content-Type: application/json) from this server's own pages")
         try:
             token = body_text(await json_body(request), "token", cap=4096)
@@ -161,7 +161,7 @@ class ConsoleApi:
             return error(401, "that token is not valid here (or too many tries: wait a minute)")
         session_id, viewer = signed
         response = web.json_response({**viewer.json(), "csrf": viewer.csrf})
-        set_cookie(response, request, session_id, int(self.auth.sessions.ttl.total_seconds()))
+        self.auth.set_cookie(response, request, session_id)
         return response
 
     async def session(self, _request: web.Request, viewer: Viewer) -> dict[str, Any]:

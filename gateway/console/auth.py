@@ -12,7 +12,7 @@ import hmac
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
@@ -40,11 +40,41 @@ class CsrfRejected(Exception):
 
 
 class ConsoleAuth:
-    def __init__(self, tokens: TokenAuth, sessions: ConsoleSessionStore, identities: IdentityStore) -> None:
+    def __init__(
+        self,
+        tokens: TokenAuth,
+        sessions: ConsoleSessionStore,
+        identities: IdentityStore,
+        public_urls: Collection[str] = (),
+    ) -> None:
         self.tokens = tokens
         self.sessions = sessions
         self.identities = identities
+        # The web channels' public_url: the origins browsers see behind a TLS proxy.
+        self.public_urls = frozenset(public_urls)
         self._failures: dict[str, deque[float]] = {}
+
+    def same_origin(self, request: web.Request) -> bool:
+        """True unless the browser says the request comes from another origin than this server,
+        as it is reached directly or at a configured public_url."""
+        origin = request.headers.get("Origin")
+        return origin is None or origin == f"{request.scheme}://{request.host}" or origin in self.public_urls
+
+    def secure(self, request: web.Request) -> bool:
+        """Whether the browser reached this server over HTTPS: directly, or at an https public_url
+        for this host (a TLS proxy in front speaks plain HTTP to the gateway)."""
+        return request.secure or f"https://{request.host.lower()}" in self.public_urls
+
+    def set_cookie(self, response: web.StreamResponse, request: web.Request, session_id: str) -> None:
+        response.set_cookie(
+            COOKIE,
+            session_id,
+            max_age=int(self.sessions.ttl.total_seconds()),
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=self.secure(request),
+        )
 
     async def viewer(self, request: web.Request, form: Mapping[str, str] | None = None) -> Viewer:
         """The signed-in person, or Unauthenticated; CsrfRejected for an unproven unsafe request."""
@@ -60,7 +90,7 @@ class ConsoleAuth:
             raise Unauthenticated("sign in first")
         if request.method in UNSAFE:
             sent = request.headers.get("X-CSRF-Token") or (form or {}).get("csrf", "")
-            if not hmac.compare_digest(sent.encode(), session.csrf.encode()) or not same_origin(request):
+            if not hmac.compare_digest(sent.encode(), session.csrf.encode()) or not self.same_origin(request):
                 event(log, "console_csrf_rejected", logging.WARNING, path=request.path)
                 raise CsrfRejected("the request did not come from this console: reload the page and try again")
         return await self._viewer(session.user_id, session.csrf)
@@ -97,26 +127,6 @@ class ConsoleAuth:
         session_id = request.cookies.get(COOKIE, "")
         if session_id:
             await self.sessions.delete(session_id)
-
-
-def same_origin(request: web.Request) -> bool:
-    """True unless the browser says the request comes from another origin."""
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return True
-    return origin == f"{request.scheme}://{request.host}"
-
-
-def set_cookie(response: web.StreamResponse, request: web.Request, session_id: str, max_age: int) -> None:
-    response.set_cookie(
-        COOKIE,
-        session_id,
-        max_age=max_age,
-        path="/",
-        httponly=True,
-        samesite="Strict",
-        secure=request.secure,
-    )
 
 
 def clear_cookie(response: web.StreamResponse) -> None:

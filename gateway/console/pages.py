@@ -17,7 +17,7 @@ import jinja2
 from aiohttp import web
 
 from gateway.console.api import MAX_BODY_BYTES, int_param, memory_query, path_int
-from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie, same_origin, set_cookie
+from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie
 from gateway.console.service import (
     ACTION_ARGUMENT,
     Conflict,
@@ -255,7 +255,7 @@ class ConsolePages:
             return render("login.html", 413, viewer=None, next="/console", error=str(exc))
         token = posted.get("token", "")[:4096]
         next_path = console_path(posted.get("next", ""))
-        if not same_origin(request):
+        if not self.auth.same_origin(request):
             return render("login.html", 403, viewer=None, next=next_path, error="Sign in from this console's own page.")
         signed = await self.auth.sign_in(request, token)
         if signed is None:
@@ -263,7 +263,7 @@ class ConsolePages:
             return render("login.html", 401, viewer=None, next=next_path, error=message)
         session_id, _viewer = signed
         response = web.HTTPSeeOther(next_path)
-        set_cookie(response, request, session_id, int(self.auth.sessions.ttl.total_seconds()))
+        self.auth.set_cookie(response, request, session_id)
         raise response
 
     async def logout(self, request: web.Request, _viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:

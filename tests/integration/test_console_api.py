@@ -3,14 +3,16 @@ roles, privacy of personal memory, review actions, revision undo, Memory.md and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from gateway.app import Gateway
+from gateway.config_load import ConfigError, parse_config
 from gateway.memory_service import EVIDENCE_ONLY
 from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
@@ -113,6 +115,39 @@ async def test_another_site_cannot_sign_a_visitor_in(gateway: Gateway, browser: 
     )
     assert r.status == 403
     assert not any(c.key == "clawgate_console" for c in browser.cookie_jar)
+
+
+async def test_behind_a_tls_proxy_the_public_url_is_our_origin_and_the_cookie_is_secure(
+    gateway_factory: Callable[..., Any], fake_llm: FakeLLM
+) -> None:
+    """A TLS proxy speaks plain HTTP to the gateway, and the browser says Origin: https://…"""
+    public = "https://chat.example.com"
+    proxied = {"Host": "chat.example.com", "Origin": public, "X-Forwarded-Proto": "https"}
+    direct = await gateway_factory(fake_llm)
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(direct.url + API + "/session", json={"token": ALICE_TOKEN}, headers=proxied)
+        assert r.status == 403  # an origin it does not know (X-Forwarded-Proto is not trusted)
+    gw = await gateway_factory(fake_llm, channels__web__public_url=public + "/")
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(gw.url + API + "/session", json={"token": ALICE_TOKEN}, headers=proxied)
+        assert r.status == 200
+        cookie = r.cookies["clawgate_console"]
+        assert cookie["secure"] and cookie["httponly"] and cookie["samesite"] == "Strict"
+        csrf = (await r.json())["csrf"]
+        headers = {**proxied, "X-CSRF-Token": csrf, "Cookie": f"clawgate_console={cookie.value}"}
+        record = await personal(gw, "alice", "I take the night train")
+        r = await http.post(gw.url + API + f"/memory/{record.id}/review", json={"action": "confirm"}, headers=headers)
+        assert r.status == 200
+        evil = {**headers, "Origin": "https://evil.example"}
+        r = await http.post(gw.url + API + f"/memory/{record.id}/review", json={"action": "stale"}, headers=evil)
+        assert r.status == 403
+
+
+@pytest.mark.parametrize("bad", ["chat.example.com", "ftp://chat.example.com", "https://chat.example.com/app"])
+def test_public_url_must_be_an_http_origin(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"channels": {"web": {"type": "web", "public_url": bad}}}, "config.yaml", env={})
+    assert "channels.web.public_url" in str(caught.value)
 
 
 # -- CSRF ------------------------------------------------------------------------------------------
