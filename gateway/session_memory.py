@@ -95,6 +95,16 @@ def _budget(config: Config) -> Budget:
     )
 
 
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    """A background summary that failed (the database refused it, say): logged, not lost to
+    asyncio's 'Task exception was never retrieved'. The session is compacted again after a turn."""
+    if task.cancelled() or task.exception() is None:
+        return
+    error = task.exception()
+    event(log, "session_memory_task_failed", logging.WARNING, error=type(error).__name__)
+    log.debug("session_memory_task_failed traceback", exc_info=error)
+
+
 def _line(role: str, author: str | None, content: str) -> str:
     if role == "tool":
         cut = content[:TOOL_RESULT_CHARS] + ("…" if len(content) > TOOL_RESULT_CHARS else "")
@@ -178,6 +188,7 @@ class SessionMemory:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
         return task
 
     # -- the model chain for summaries and flushes -------------------------------------------------

@@ -137,11 +137,14 @@ def _archive(
 ) -> Archived | None:
     """Move the session's active messages with id <= through_id (all when None) to the archive, in
     one transaction with the new summary and the flush job, if any. None when the session has ended
-    meanwhile (a /new raced a background summary) and `only_if_open`."""
-    if only_if_open:
-        ended = conn.execute(select(sessions.c.ended_at).where(sessions.c.id == session_id)).first()
-        if ended is None or ended.ended_at is not None:
-            return None
+    meanwhile (a /new raced a background summary) and `only_if_open`, or when a summary's messages
+    were archived meanwhile by another instance (its summary, of the same messages, stands)."""
+    # The session's row is locked first (PostgreSQL; SQLite has one writer anyway): two instances
+    # compacting one session take turns, and the second finds the messages already moved instead
+    # of failing on their ids in the archive.
+    ended = conn.execute(select(sessions.c.ended_at).where(sessions.c.id == session_id).with_for_update()).first()
+    if only_if_open and (ended is None or ended.ended_at is not None):
+        return None
     where = [messages.c.session_id == session_id]
     if through_id is not None:
         where.append(messages.c.id <= through_id)
@@ -154,6 +157,8 @@ def _archive(
         ).where(*where)
     ).one()
     count, tokens, first_id, last_id = int(stats[0]), int(stats[1]), stats[2], stats[3]
+    if summary is not None and not count:
+        return None
     now = utcnow()
     if count:
         columns = [*_MESSAGE_COLUMNS, "tokens", "created_at"]

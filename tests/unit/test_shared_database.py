@@ -61,6 +61,30 @@ async def test_a_cached_session_sees_the_other_instances_turns(pair: tuple[Stora
     assert after.id == fresh.id and not after.recent
 
 
+async def test_two_instances_summarizing_one_session_at_once_archive_it_once(pair: tuple[Storage, Storage]) -> None:
+    a, b = pair
+    on_a = await a.sessions.active("tg:2", "main", "alice")
+    await a.sessions.append(on_a, [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(40)])
+    on_b = await b.sessions.active("tg:2", "main", "alice")
+    through = on_a.recent[29].id or 0
+    # Both instances' background summaries of the same 30 messages finish together.
+    done = await asyncio.gather(
+        a.sessions.archive(on_a, through, "budget", summary="from a", summary_tokens=2),
+        b.sessions.archive(on_b, through, "budget", summary="from b", summary_tokens=2),
+    )
+    assert sorted(d is None for d in done) == [False, True]  # one archived; the other found it done
+    winner = next(d for d in done if d is not None)
+    assert winner.count == 30
+    archived = await a.db.read(lambda c: c.execute(text("SELECT count(*) FROM archived_messages")).scalar_one())
+    assert archived == 30
+    third = Storage(Database(a.db.url))  # nothing cached
+    try:
+        state = await third.sessions.active("tg:2", "main", "alice")
+    finally:
+        await third.close()
+    assert state.message_count == 10 and state.summaries == 1 and state.summary in ("from a", "from b")
+
+
 async def test_identity_changes_made_elsewhere_show_within_the_cache_time(
     pair: tuple[Storage, Storage], monkeypatch: pytest.MonkeyPatch
 ) -> None:
