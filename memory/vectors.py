@@ -470,8 +470,14 @@ HALFVEC_INDEX_MAX_DIM = 4_000
 HNSW_M = 24
 HNSW_EF_CONSTRUCTION = 128
 EF_SEARCH = 200  # at least; at least the k asked for
-# Build an index in memory up to this size (a graph that outgrows it is built far more slowly).
+# Build an index in memory (a graph that outgrows maintenance_work_mem is built far more slowly: at
+# 330,000 rows 404 s with 256MB against 132 s with 4GB; benchmarks/pg_recall.py at 1,100,000 built in
+# 592 s with 4GB, a 1.9 GB index). At least INDEX_BUILD_MEMORY, more for more rows (about what the
+# graph takes: the vector and 2·m neighbours of 16 bytes a row, and a fifth more), at most
+# INDEX_BUILD_MEMORY_MAX (enough for ~400,000 rows: a small database server must not run out of
+# memory for an index); a server configured with more keeps its own, which a store of millions wants.
 INDEX_BUILD_MEMORY = "256MB"
+INDEX_BUILD_MEMORY_MAX = 1024**3
 
 
 class _PgVectorType(UserDefinedType[Any]):
@@ -510,11 +516,20 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-# At least INDEX_BUILD_MEMORY for the build, for this transaction only (a server given more keeps it).
+# At least :size for the build, for this transaction only (a server given more keeps it).
 _BUILD_MEMORY = text(
     "SELECT set_config('maintenance_work_mem', :size, true) "
     "WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes(:size)"
 )
+
+
+def build_memory(rows: int, dim: int) -> str:
+    """maintenance_work_mem to ask for an HNSW build over `rows` vectors of `dim` floats."""
+    graph = rows * (8 + 4 * dim + 2 * HNSW_M * 16) * 6 // 5
+    floor = int(INDEX_BUILD_MEMORY.removesuffix("MB")) * 1024**2
+    return f"{min(INDEX_BUILD_MEMORY_MAX, max(floor, graph)) // 1024**2}MB"
+
+
 # Per database: the indexes known to exist, so that storing vectors asks at most once per process.
 _HNSW_KNOWN: weakref.WeakKeyDictionary[Engine, set[str]] = weakref.WeakKeyDictionary()
 
@@ -535,7 +550,9 @@ def ensure_hnsw(conn: Connection, model_id: str, kind: ItemKind, dim: int) -> bo
         known.add(name)  # (only once seen committed: a transaction that made it may still roll back)
         return False
     started = time.perf_counter()
-    conn.execute(_BUILD_MEMORY, {"size": INDEX_BUILD_MEMORY})
+    v = memory_vectors.c
+    rows = conn.execute(select(func.count()).where(v.model_id == model_id, v.item_kind == kind)).scalar_one()
+    conn.execute(_BUILD_MEMORY, {"size": build_memory(int(rows), dim)})
     conn.execute(
         text(
             f"CREATE INDEX IF NOT EXISTS {name} ON memory_vectors USING hnsw "
@@ -545,10 +562,12 @@ def ensure_hnsw(conn: Connection, model_id: str, kind: ItemKind, dim: int) -> bo
         )
     )
     log.info(
-        "memory_vectors_index_built model=%s kind=%s dim=%d ms=%.0f",
+        "memory_vectors_index_built model=%s kind=%s dim=%d rows=%d memory=%s ms=%.0f",
         model_id,
         kind,
         dim,
+        rows,
+        conn.execute(text("SHOW maintenance_work_mem")).scalar(),
         (time.perf_counter() - started) * 1000,
     )
     return True

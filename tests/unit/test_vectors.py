@@ -25,7 +25,15 @@ from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
 from memory.records import NewRecord, RecordStore
 from memory.schema import archived_messages, daily_chunks, memory_vectors, sessions
 from memory.storage import Storage
-from memory.vectors import Reach, VectorIndex, VectorStore, _lazy_is_cheaper, text_hash
+from memory.vectors import (
+    INDEX_BUILD_MEMORY_MAX,
+    Reach,
+    VectorIndex,
+    VectorStore,
+    _lazy_is_cheaper,
+    build_memory,
+    text_hash,
+)
 from tests.postgres import fresh_database_url
 
 MODEL = "test/model-a"
@@ -804,3 +812,10 @@ async def test_migration_0012_brings_pgvector_and_goes_down_and_up_again() -> No
         assert found == [("record", rid, pytest.approx(1.0, abs=1e-6))]
     finally:
         await db.close()
+
+
+def test_an_hnsw_build_asks_for_memory_by_its_size_within_bounds() -> None:
+    assert build_memory(0, 384) == build_memory(50_000, 384) == "256MB"  # the floor
+    mid = int(build_memory(330_000, 384).removesuffix("MB"))
+    assert 700 < mid < 1024  # the graph of 330,000 MiniLM vectors fits, so it is built in memory
+    assert build_memory(5_000_000, 1536) == f"{INDEX_BUILD_MEMORY_MAX // 1024**2}MB"  # never more
