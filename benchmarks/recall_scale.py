@@ -102,7 +102,7 @@ from memory.records import NewRecord  # noqa: E402
 from memory.schema import daily_chunks  # noqa: E402
 from memory.sessions import Message  # noqa: E402
 from memory.storage import Storage  # noqa: E402
-from memory.vectors import VectorStore  # noqa: E402
+from memory.vectors import VectorIndex, VectorStore  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 DATA = ROOT.parent / "shared" / "bench" / "locomo10.json"
@@ -688,7 +688,11 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         load_s = time.perf_counter() - t0
         await recall.caught_up(timeout=60)
         rss_loaded = rss()
-        index_rows = len(recall.index)
+        # The in-memory index counts its rows; on PostgreSQL (DatabaseIndex) the database holds them.
+        index = recall.index
+        index_rows = (
+            len(index) if isinstance(index, VectorIndex) else (await index.store.models()).get(index.model_id, 0)
+        )
         actor = Actor(USER, frozenset({"user"}), "chat")
         where = recall.memory.where("personal", CONVERSATION)
         queries: list[str] = spec["queries"]
