@@ -169,6 +169,7 @@ class Gateway:
             self.traces,
             self._leases(storage),
         )
+        self.session_memory.leases = self.router.leases
         self.openai_api = OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body)
         self.openai_api.mount(app)
         self.console = console.mount(app, self, memory, core, secrets)

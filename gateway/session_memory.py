@@ -36,6 +36,7 @@ from memory.budget import Budget, plan_flush, plan_trim
 from memory.daily_index import write_owner_marker
 from memory.flushes import FlushJob, FlushLine
 from memory.formation import ArchivedRange
+from memory.leases import SessionLeases
 from memory.redact import redact
 from memory.sessions import Archived, FlushRequest, Message, SessionState
 from memory.storage import Storage
@@ -150,6 +151,8 @@ class SessionMemory:
         self.on_change: Callable[[], None] | None = None
         # Queues memory formation for an archived range (gateway/formation.py); None: no formation.
         self.formation: Callable[[ArchivedRange], Awaitable[object]] | None = None
+        # Several instances on one database: a session is summarized by one of them at a time.
+        self.leases: SessionLeases | None = None
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload; a turn under way keeps the budget it read."""
@@ -286,6 +289,21 @@ class SessionMemory:
         task.add_done_callback(lambda _t: self._compacting.pop(state.id, None))
 
     async def _compact(self, agent: AgentConfig, state: SessionState) -> None:
+        if self.leases is None:
+            await self._summarize(agent, state)
+            return
+        # Instances answering one session in turn all see it pass its budget after their turns. The
+        # one holding the session's summary lease summarizes; the others' summaries of the same
+        # messages would be thrown away, and paid for.
+        async with self.leases.hold(f"summary:{state.key}", wait=False) as lease:
+            if lease is None:
+                return
+            if not await self.storage.sessions.caught_up(state):
+                return  # summarized (or ended) by another instance meanwhile
+            if self.budget.over(state.token_count, state.message_count):
+                await self._summarize(agent, state)
+
+    async def _summarize(self, agent: AgentConfig, state: SessionState) -> None:
         recent = list(state.recent)
         k = plan_trim([m.role for m in recent], [m.tokens for m in recent], self.budget)
         through = recent[k - 1].id if k else None

@@ -274,7 +274,7 @@ class SessionStore:
         self._db = db
         self._active: dict[str, SessionState] = {}
 
-    async def _caught_up(self, state: SessionState) -> bool:
+    async def caught_up(self, state: SessionState) -> bool:
         """Bring a cached session up to what the database holds, when other instances share it: the
         messages they appended are added (the usual case: they answered the last turn); False when
         it changed otherwise and must be read again whole."""
@@ -290,7 +290,7 @@ class SessionStore:
         """The open session of `key` (created when there is none). `audience`, when given, is
         recorded on the session (it decides what may be flushed and found later)."""
         state = self._active.get(key)
-        if state is not None and self._db.shared and not await self._caught_up(state):
+        if state is not None and self._db.shared and not await self.caught_up(state):
             state = None
         if state is None:
             state = await self._db.write(self._open, key, agent, user_id, audience or "personal")

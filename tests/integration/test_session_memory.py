@@ -14,10 +14,13 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.session_memory import FLUSH_INSTRUCTIONS
+from memory.db import Database
 from memory.formation import INSTRUCTIONS as FORMATION_INSTRUCTIONS
-from memory.sessions import SessionState
+from memory.sessions import Message, SessionState
+from memory.storage import Storage
 from tests.conftest import auth
 from tests.fakes.llm import Behavior, Fail, FakeLLM, Reply, ToolCall, echo
+from tests.postgres import fresh_database_url
 
 SUMMARY = "SUMMARY: the person talked about lorem ipsum."
 WORDS = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "  # 80 chars, 20 tokens
@@ -354,3 +357,33 @@ async def test_a_failing_flush_is_retried_and_finally_given_up(
     assert "final=True" in caplog.text
     assert await gw.storage.flushes.counts() == {"done": 1, "failed": 1}
     assert await gw.storage.archive.search("entirely", user_id="alice")  # nothing lost: still archived
+
+
+async def test_two_instances_past_the_budget_together_summarize_the_session_once(
+    gateway_factory, fake_llm: FakeLLM, background: Background
+) -> None:  # type: ignore[no-untyped-def]
+    # Several instances answering one conversation in turn both see it pass its budget.
+    fake_llm.default = background
+    url = fresh_database_url()
+    budget = {"memory__session_memory__max_tokens": 0, "memory__session_memory__messages": 6}
+    a: Gateway = await gateway_factory(fake_llm, storage__database_url=url, **budget)
+    b: Gateway = await gateway_factory(fake_llm, storage__database_url=url, **budget)
+    assert a.storage is not None and b.storage is not None
+    assert a.session_memory is not None and b.session_memory is not None
+    key = "web:dm:alice:c9"
+    on_a = await a.storage.sessions.active(key, "default", "alice")
+    await a.storage.sessions.append(on_a, [Message("user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(8)])
+    on_b = await b.storage.sessions.active(key, "default", "alice")
+    agent = a.config.agent(None)
+    assert agent is not None
+    a.session_memory.after_turn(agent, on_a)
+    b.session_memory.after_turn(agent, on_b)
+    await a.session_memory.idle()
+    await b.session_memory.idle()
+    assert len([r for r in fake_llm.requests if is_summary(r)]) == 1  # not one per instance
+    third = Storage(Database(url))  # nothing cached
+    try:
+        fresh = await third.sessions.active(key, "default", "alice")
+    finally:
+        await third.close()
+    assert fresh.summaries == 1 and fresh.summary == SUMMARY and fresh.message_count <= 3
