@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from recall_scale import PREFIXES, BenchEmbedder, Turn, VectorCache, World, _body, memory_texts
+from recall_scale import PREFIXES, BenchEmbedder, Turn, VectorCache, World, _body, introduced, memory_texts
 from sqlalchemy import func, insert, literal_column, select, text
 from sqlalchemy.engine import Connection
 
@@ -92,20 +92,7 @@ def wordings(turns: Sequence[Turn], count: int) -> list[Wording]:
             body = _body(turns, i, style, family)
             if body is None:
                 continue
-            at = t.at
-            words = (
-                prefix.format(
-                    day=at.day,
-                    month=f"{at:%B}",
-                    mon=f"{at:%b}",
-                    year=at.year,
-                    iso=f"{at:%Y-%m-%d}",
-                    weekday=f"{at:%A}",
-                    speaker=t.speaker,
-                    other=t.other,
-                )
-                + body
-            )
+            words = introduced(prefix, t) + body
             if words in seen:
                 continue
             seen.add(words)

@@ -198,6 +198,21 @@ def _body(turns: Sequence[Turn], i: int, style: int, family: int) -> str | None:
     return f"{t.text} Related: {far.speaker} once said {_gist(far.text)}"
 
 
+def introduced(prefix: str, t: Turn) -> str:
+    """One of PREFIXES filled in for turn `t` (its date in one of several forms, who spoke to whom)."""
+    at = t.at
+    return prefix.format(
+        day=at.day,
+        month=f"{at:%B}",
+        mon=f"{at:%b}",
+        year=at.year,
+        iso=f"{at:%Y-%m-%d}",
+        weekday=f"{at:%A}",
+        speaker=t.speaker,
+        other=t.other,
+    )
+
+
 def memory_texts(turns: Sequence[Turn], count: int) -> list[tuple[str, str]]:
     """`count` distinct (text, speaker) pairs, the same every run: each wording over every turn
     before the next wording, so that even the smaller sizes span all ten conversations."""
@@ -208,20 +223,7 @@ def memory_texts(turns: Sequence[Turn], count: int) -> list[tuple[str, str]]:
             body = _body(turns, i, style, family)
             if body is None:
                 continue
-            at = t.at
-            text = (
-                prefix.format(
-                    day=at.day,
-                    month=f"{at:%B}",
-                    mon=f"{at:%b}",
-                    year=at.year,
-                    iso=f"{at:%Y-%m-%d}",
-                    weekday=f"{at:%A}",
-                    speaker=t.speaker,
-                    other=t.other,
-                )
-                + body
-            )
+            text = introduced(prefix, t) + body
             if text not in seen:
                 seen.add(text)
                 out.append((text, t.speaker))
