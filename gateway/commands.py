@@ -143,9 +143,11 @@ async def _archive(ctx: CommandContext, args: str) -> str:
 
 def archive_scope(user_id: str, session_key: str, audience: str) -> tuple[str | None, list[str]]:
     """(user_id, session_keys) one person may search in the archive from where they are: in a DM
-    their own sessions everywhere; in a group only that group's (never their DMs in front of others)."""
+    their own sessions everywhere (not the DM's earlier sessions of someone else: an account taken
+    out of its owner's identities keeps their past to them); in a group only that group's (never
+    their DMs in front of others)."""
     if audience == "personal":
-        return user_id, [session_key]
+        return user_id, []
     return None, [session_key]
 
 

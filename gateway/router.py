@@ -38,7 +38,7 @@ from memory.journal import PendingEvent
 from memory.leases import Lease, SessionLeases
 from memory.policy import Actor
 from memory.redact import contains_secret, redact
-from memory.sessions import Message
+from memory.sessions import Message, SessionState
 from memory.storage import Storage
 
 log = logging.getLogger("clawgate.router")
@@ -405,6 +405,8 @@ class Router:
         assert agent is not None
         audience = self.audience(ev.ref)
         state = await self.storage.sessions.active(key, agent.name, user.id, audience)
+        if ev.ref.kind == ConversationKind.DM and state.user_id not in (None, user.id):
+            state = await self._new_owner(state, key, agent.name, user.id)
         user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
         turn_memory: TurnMemory | None = None
@@ -460,6 +462,15 @@ class Router:
                 public_person=user.has_role("public"),
             )
         return outcome
+
+    async def _new_owner(self, state: SessionState, key: str, agent: str, user_id: str) -> SessionState:
+        """A direct conversation whose session belongs to someone else: its account was taken out
+        of that person's identities in the config, and someone new writes from it. (A /link moves
+        the account's sessions to the person it joins, so that is not this.) The conversation stays
+        its owner's, archived as theirs; this person starts afresh."""
+        event(log, "session_owner_changed", session=key, earlier=state.user_id, now=user_id)
+        fresh, _ = await self.storage.sessions.reset(key, agent, user_id)
+        return fresh
 
     def audience(self, ref: ConversationRef) -> str:
         cfg = self.config.channels.get(ref.channel)

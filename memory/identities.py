@@ -30,7 +30,7 @@ class User:
         return any(r in self.roles for r in roles)
 
 
-def _user_id_for(identity: str) -> str:
+def first_contact_id(identity: str) -> str:
     """A new user's id, derived from their first identity: `telegram:123` -> `telegram-123`."""
     return identity.replace(":", "-").replace("/", "-")[:128]
 
@@ -204,7 +204,7 @@ class IdentityStore:
         return user
 
     async def _create(self, identity: str, display_name: str | None) -> str:
-        base = _user_id_for(identity)
+        base = first_contact_id(identity)
         for attempt in range(100):
             uid = base if attempt == 0 else f"{base}-{attempt}"
             try:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Row
 
 from gateway.events import utcnow
 from memory.db import Database
-from memory.schema import identities, link_codes, pairing_requests
+from memory.schema import identities, link_codes, pairing_requests, sessions
 
 # No 0/O, 1/I/L: codes are read aloud and typed on phones.
 _ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
@@ -77,6 +77,11 @@ def _redeem(conn: Connection, code_hash: str, identity: str) -> str:
         conn.execute(
             update(identities).where(identities.c.identity == identity).values(user_id=row.user_id, declared=False)
         )
+        left = conn.execute(select(identities.c.identity).where(identities.c.user_id == owner).limit(1)).first()
+        if left is None and owner != row.user_id:
+            # The user made for this account at first contact is merged away: its conversations
+            # (and their archive) are the person's now, so they go on where they left off.
+            conn.execute(update(sessions).where(sessions.c.user_id == owner).values(user_id=row.user_id))
     return str(row.user_id)
 
 

@@ -96,3 +96,26 @@ async def test_a_full_session_queue_is_answered_not_dropped(
     llm.release()
     await until(lambda: any(s.text == "slow answer" for s in tg.sent))
     assert len(llm.requests) == 1  # the refused message never reached the model
+
+
+async def test_an_account_taken_from_a_person_does_not_inherit_their_conversation(tmp_path: Path) -> None:
+    dana = 2002
+    users = {
+        "root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]},
+        "dana": {"identities": [f"telegram:{dana}"]},
+    }
+    async with telegram_world(tmp_path, users, telegram={"dm_policy": "open"}) as (gw, tg, llm):
+        assert gw.storage is not None
+        await tg.dm("my locker code is 4711", sender=dana)
+        await until(lambda: any(s.text == "echo: my locker code is 4711" for s in tg.sent))
+        # The operator takes the account out of dana's identities (say, she left and it was reassigned).
+        await gw.storage.identities.sync_declared([("root", ["admin"], [f"telegram:{ADMIN}"])])
+        await tg.dm("what is my locker code?", sender=dana)
+        await until(lambda: any(s.text == "echo: what is my locker code?" for s in tg.sent))
+        prompt = str(llm.requests[-1]["messages"])
+        assert "4711" not in prompt  # neither her messages nor a summary of them
+        newcomer = await gw.storage.identities.resolve(f"telegram:{dana}")
+        assert newcomer.id != "dana"
+        # Her conversation is archived as hers: found by her, not by the newcomer.
+        assert any("4711" in h.content for h in await gw.storage.archive.search("locker", user_id="dana"))
+        assert not await gw.storage.archive.search("locker", user_id=newcomer.id)

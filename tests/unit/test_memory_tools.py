@@ -34,5 +34,6 @@ async def test_memory_tools_are_hidden_from_a_public_audience(tmp_path: Path) ->
 
 
 def test_archive_scope_never_shows_dms_in_a_group() -> None:
-    assert archive_scope("alice", "telegram:dm:1", "personal") == ("alice", ["telegram:dm:1"])
+    # In a DM: her own sessions, not the DM's earlier sessions of another owner.
+    assert archive_scope("alice", "telegram:dm:1", "personal") == ("alice", [])
     assert archive_scope("alice", "telegram:group:-1", "team") == (None, ["telegram:group:-1"])

@@ -194,10 +194,15 @@ async def test_identities_resolve_and_link(storage: Storage) -> None:
     assert (ann.id, ann.roles, ann.identities) == ("ann", ("admin",), ("telegram:1",))
     stranger = await storage.identities.resolve("discord:9", "Nine")
     assert stranger.id == "discord-9" and stranger.roles == ("user",)
+    dm = await storage.sessions.active("discord:dm:9", "main", stranger.id)
     code = await storage.links.create("ann", "telegram:1")
     assert await storage.links.redeem(code, "discord:9") == "ann"
     storage.identities.forget("discord:9", ("ann",))
     assert (await storage.identities.resolve("discord:9")).id == "ann"
+    # The account's conversations came along: ann goes on where "discord-9" left off.
+    fresh = Storage(storage.db)  # nothing cached
+    assert (await fresh.sessions.active("discord:dm:9", "main", "ann")).id == dm.id
+    assert (await fresh.sessions.active("discord:dm:9", "main", "ann")).user_id == "ann"
 
 
 async def test_what_the_config_stops_declaring_is_taken_back(
