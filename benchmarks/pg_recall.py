@@ -88,13 +88,13 @@ from recall_scale import (  # noqa: E402
     add_daily,
     add_people,
     add_records,
+    ask,
     build_recall,
     check_privacy,
     load_locomo,
     local_embedder,
     memory_texts,
     percentiles,
-    recalled_items,
     rss,
 )
 from sqlalchemy import make_url  # noqa: E402
@@ -299,26 +299,13 @@ async def measure(
     rss_loaded = rss()
     actor = Actor(USER, frozenset({"user"}), "chat")
     where = recall.memory.where("personal", CONVERSATION)
-    total: list[float] = []
-    embed: list[float] = []
-    recalled: list[list[tuple[str, str]]] = []
     others = OtherLoad()
-    for i, query in enumerate(queries):
-        asked = len(embedder.query_ms)
-        t0 = time.perf_counter()
-        sections = await recall.sections(actor, where, query)
-        ms = (time.perf_counter() - t0) * 1000
-        recalled.append(recalled_items(sections))
-        if i >= WARMUP:
-            total.append(ms)
-            embed.append(embedder.query_ms[asked] if len(embedder.query_ms) > asked else 0.0)
-    lexical_only = build_recall(config, storage, None)
-    lexical: list[float] = []
-    for i, query in enumerate(queries):
-        t0 = time.perf_counter()
-        recalled[i] += recalled_items(await lexical_only.sections(actor, where, query))
-        if i >= WARMUP:
-            lexical.append((time.perf_counter() - t0) * 1000)
+    asked = await ask(recall, actor, where, queries, embedder)
+    total, embed, recalled = asked.ms[WARMUP:], asked.embed_ms[WARMUP:], asked.recalled
+    lexical_only = await ask(build_recall(config, storage, None), actor, where, queries)
+    for i, items in enumerate(lexical_only.recalled):
+        recalled[i] += items
+    lexical = lexical_only.ms[WARMUP:]
     other_load = others.cores()
     vector = await vector_leg(recall.index, embedder, queries[WARMUP:], recall, actor, where, exact_sample)
     return {

@@ -97,7 +97,7 @@ from memory.daily import DailyFiles  # noqa: E402
 from memory.daily_index import DailyIndex, write_owner_marker  # noqa: E402
 from memory.embeddings import Embedder, LocalEmbedder, make_embedder  # noqa: E402
 from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
-from memory.policy import Actor  # noqa: E402
+from memory.policy import Actor, Where  # noqa: E402
 from memory.records import NewRecord  # noqa: E402
 from memory.schema import daily_chunks  # noqa: E402
 from memory.sessions import Message  # noqa: E402
@@ -620,6 +620,31 @@ def recalled_items(sections: Sequence[Section]) -> list[tuple[str, str]]:
     return out
 
 
+@dataclass(slots=True)
+class Asked:
+    """Each question's recall time, its query embedding's (0 when none was made), what it recalled."""
+
+    ms: list[float] = field(default_factory=list)
+    embed_ms: list[float] = field(default_factory=list)
+    recalled: list[list[tuple[str, str]]] = field(default_factory=list)
+
+
+async def ask(
+    recall: TurnRecall, actor: Actor, where: Where, queries: Sequence[str], embedder: BenchEmbedder | None = None
+) -> Asked:
+    """Every question through `recall.sections`, one after another, timed (pg_recall.py too)."""
+    out = Asked()
+    for query in queries:
+        asked = len(embedder.query_ms) if embedder is not None else 0
+        t0 = time.perf_counter()
+        sections = await recall.sections(actor, where, query)
+        out.ms.append((time.perf_counter() - t0) * 1000)
+        out.recalled.append(recalled_items(sections))
+        if embedder is not None:
+            out.embed_ms.append(embedder.query_ms[asked] if len(embedder.query_ms) > asked else 0.0)
+    return out
+
+
 class RetrievalLog(logging.Handler):
     """Counts turns whose vector leg was degraded or had candidates without a vector."""
 
@@ -700,20 +725,11 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         queries: list[str] = spec["queries"]
         warmup: int = spec["warmup"]
 
-        total, embed, recalled = [], [], []
+        warm = await ask(recall, actor, where, queries[:warmup], embedder)
         others = OtherLoad()
-        for i, query in enumerate(queries):
-            if i == warmup:
-                others = OtherLoad()
-            asked = len(embedder.query_ms)
-            t0 = time.perf_counter()
-            sections = await recall.sections(actor, where, query)
-            ms = (time.perf_counter() - t0) * 1000
-            recalled.append(recalled_items(sections))
-            if i >= warmup:
-                total.append(ms)
-                embed.append(embedder.query_ms[asked] if len(embedder.query_ms) > asked else 0.0)
+        timed = await ask(recall, actor, where, queries[warmup:], embedder)
         others_cores = others.cores()
+        total, embed, recalled = timed.ms, timed.embed_ms, warm.recalled + timed.recalled
         if spec["profile"]:  # a second pass over the timed questions: the timings above stay unprofiled
             profiler, db_profiler = cProfile.Profile(), cProfile.Profile()
             db_thread = getattr(storage.db, "_executor", None)  # cProfile follows one thread: the database's apart
@@ -730,13 +746,10 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         degraded, gaps = log.degraded, log.gaps
         await recall.stop()
 
-        lexical_only = build_recall(config, storage, None)
-        lexical = []
-        for i, query in enumerate(queries):
-            t0 = time.perf_counter()
-            recalled[i] += recalled_items(await lexical_only.sections(actor, where, query))
-            if i >= warmup:
-                lexical.append((time.perf_counter() - t0) * 1000)
+        lexical_only = await ask(build_recall(config, storage, None), actor, where, queries)
+        for i, items in enumerate(lexical_only.recalled):
+            recalled[i] += items
+        lexical = lexical_only.ms[warmup:]
         return {
             "model_load_s": model_s,
             "index_load_s": load_s,
