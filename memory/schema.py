@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -21,6 +22,10 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -40,6 +45,30 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class unindexed(FunctionElement[Any]):
+    """`column`, in a condition SQLite's planner must not serve from an index on it (SQLite's
+    unary `+`; the plain column elsewhere). Without statistics (no ANALYZE) SQLite takes any index
+    with an equality for selective: `status = 'active' AND id IN (64 ids)` then walked every active
+    record by ix_memory_records_status_created instead of looking up 64 keys."""
+
+    name = "unindexed"
+    inherit_cache = True
+
+    def __init__(self, column: ColumnElement[Any]) -> None:
+        super().__init__(column)
+        self.type = column.type  # binds compared with it are processed as the column's
+
+
+@compiles(unindexed)
+def _plain(element: unindexed, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.clauses, **kw)
+
+
+@compiles(unindexed, "sqlite")
+def _unary_plus(element: unindexed, compiler: SQLCompiler, **kw: Any) -> str:
+    return "+" + compiler.process(element.clauses, **kw)
 
 
 metadata = MetaData(

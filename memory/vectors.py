@@ -72,7 +72,15 @@ from sqlalchemy.types import UserDefinedType
 
 from memory.db import Database
 from memory.model import MemoryClass, RecordStatus
-from memory.schema import UTCDateTime, archived_messages, daily_chunks, memory_records, memory_vectors, sessions
+from memory.schema import (
+    UTCDateTime,
+    archived_messages,
+    daily_chunks,
+    memory_records,
+    memory_vectors,
+    sessions,
+    unindexed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +130,13 @@ def _source(
     """(item id as text, sort key, where-clauses, from-clause) of the searchable items of `kind`."""
     if kind == "record":
         r = memory_records.c
+        # Each kind is read by its key (a page after a cursor, or a batch of ids): no other index.
+        expires = unindexed(r.expires_at)
         where = [
-            r.status == RecordStatus.ACTIVE.value,
+            unindexed(r.status) == RecordStatus.ACTIVE.value,
             r.memory_class != MemoryClass.TRACE.value,
             r.content != "",
-            or_(r.expires_at.is_(None), r.expires_at > now),
+            or_(expires.is_(None), expires > now),
         ]
         return r.id, r.id, where, memory_records
     if kind == "archive":

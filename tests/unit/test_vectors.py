@@ -491,6 +491,45 @@ async def test_missing_pages_through_everything_with_a_cursor(items: Items, monk
     assert [i for i, _ in await store.items("archive", 5, after="18")] == ["19", "20"]
 
 
+async def test_the_upkeep_reads_records_by_their_key_not_by_status(tmp_path: Path) -> None:
+    """The upkeep's reads walk records by id (a page after a cursor, a batch of ids). SQLite without
+    statistics took the console's (status, created_at) index for them and walked every active
+    record per batch: 100 memories/s at 100,000 records instead of 1,400."""
+    db = Database(f"sqlite:///{tmp_path}/t.db", runner="thread")
+    await db.migrate()
+    statements: list[tuple[str, Any]] = []
+    engine = db._engine
+    assert engine is not None
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any, executemany: bool) -> None:
+        if "FROM memory_records" in statement and not executemany:
+            statements.append((statement, params))
+
+    try:
+        items = Items(Storage(db))
+        ids = [await items.record(f"fact {n}") for n in range(3)]
+        event.listen(engine, "before_cursor_execute", seen)
+        batch = await items.vectors.missing("record", MODEL, 2)
+        await items.vectors.missing("record", MODEL, 2, after=batch[-1][0])
+        await items.vectors.upsert("record", [(i, text_hash(t), _vec(1)) for i, t in batch], MODEL)
+        event.remove(engine, "before_cursor_execute", seen)
+        assert len(batch) == 2 and {i for i, _ in batch} <= set(ids)
+
+        def plans(conn: Connection) -> list[str]:
+            return [
+                " / ".join(row[3] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params))
+                for sql, params in statements
+            ]
+
+        found = await db.read(plans)
+        assert len(found) == 3
+        for plan in found:  # in id order from the start, from the cursor on, or id by id
+            assert "memory_records USING INDEX sqlite_autoindex_memory_records_1" in plan, plan
+            assert "status" not in plan and "TEMP B-TREE" not in plan, plan
+    finally:
+        await db.close()
+
+
 async def test_an_index_loads_one_models_vectors(items: Items, monkeypatch: Any) -> None:
     ids = [await items.record(f"fact {n}") for n in range(7)]
     store = items.vectors
