@@ -67,11 +67,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import platform  # noqa: E402
 import re  # noqa: E402
+import sqlite3  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -83,6 +85,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+from sqlalchemy import make_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -769,6 +772,11 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         await storage.close()
 
 
+def _vacuum_into(database: Path, copy: Path) -> None:
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        conn.execute("VACUUM INTO ?", (str(copy),))
+
+
 async def run_child(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
     spec_path = tmp / "child-spec.json"
     await asyncio.to_thread(spec_path.write_text, json.dumps(spec), encoding="utf-8")
@@ -831,7 +839,7 @@ async def model_rate(embedder: LocalEmbedder, texts: Sequence[str], size: int, i
 
 
 async def scale(
-    size: int, storage: Storage, tmp: Path, queries: Sequence[str], world: World, profile: str | None
+    size: int, storage: Storage, tmp: Path, queries: Sequence[str], world: World, profile: str | None, keep: bool
 ) -> dict[str, Any]:
     print(f"recall with {size:,} memories in scope: measuring in a fresh process …", file=sys.stderr)
     spec = {
@@ -841,6 +849,11 @@ async def scale(
         "warmup": WARMUP,
         "profile": profile,
     }
+    if keep:  # a copy of this size's database, and how to measure on it again: --child DIR/size-N.json
+        copy = tmp / f"size-{size}.db"
+        await asyncio.to_thread(_vacuum_into, Path(make_url(storage.db.url).database or ""), copy)
+        kept = {**spec, "db": f"sqlite:///{copy}", "profile": None}
+        (tmp / f"size-{size}.json").write_text(json.dumps(kept), encoding="utf-8")
     child = await run_child(spec, tmp)
     privacy = check_privacy(child.pop("recalled"), world)
     rest = [t - e for t, e in zip(child["total_ms"], child["embed_ms"], strict=True)]
@@ -881,7 +894,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     archive_per_user, daily_files = (600, 12) if args.quick else (2_000, 40)
     timeout = 4 * 3600.0
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="clawgate-recall-scale-") as tmp_name:
+    kept = Path(args.keep) if args.keep else None
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=False)  # never over an earlier run's files
+    workdir = tempfile.TemporaryDirectory(prefix="clawgate-recall-scale-") if kept is None else None
+    with contextlib.nullcontext(str(kept)) if workdir is None else workdir as tmp_name:
         tmp = Path(tmp_name)
         config = bench_config(tmp)
         storage = await Storage.open(config.storage.resolved_database_url)
@@ -896,7 +913,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print("backfill through TurnRecall's upkeep, stopped after a third and resumed …", file=sys.stderr)
             backfill = await backfill_resumed(config, storage, embedder, timeout)
             cache.save()
-            results = [await scale(sizes[0], storage, tmp, queries, world, None)]
+            results = [await scale(sizes[0], storage, tmp, queries, world, None, kept is not None)]
 
             print(f"writing {sizes[1] - sizes[0]:,} more memories, then the upkeep …", file=sys.stderr)
             before = len(world.text_of)
@@ -910,7 +927,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 await vectors.missing("record", inner.model_id, 64)
                 sweeps.append((time.perf_counter() - t0) * 1000)
-            results.append(await scale(sizes[1], storage, tmp, queries, world, args.profile))
+            results.append(await scale(sizes[1], storage, tmp, queries, world, args.profile, kept is not None))
 
             sample = 512 if args.quick else BASELINE_SAMPLE
             if backfill["by_model"] >= backfill["items"] // 2:
@@ -1065,6 +1082,12 @@ def main() -> int:
     p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     p.add_argument("--profile", metavar="PATH", help="cProfile the larger size's questions (PATH, PATH.db)")
     p.add_argument("--data", default=str(DATA), help="the locomo10.json file")
+    p.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="work in DIR (new) and keep a copy of each size's database there (SQLite): "
+        "measure one again with --child DIR/size-N.json",
+    )
     p.add_argument("--child", metavar="SPEC", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:

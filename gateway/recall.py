@@ -541,28 +541,36 @@ class _Legs:
         steps (a record stands alone), with the new ones loaded: one transaction."""
         if not any(kind in ("archive", "daily") for kind, _ in keys):
             return {}
-        adjacent, archived, chunks = await self.r.storage.db.read(self._threads, keys, reach)
-        for c in [*map(self._archive_candidate, archived), *map(self._daily_candidate, chunks)]:
-            self.cache[c.key] = c
+        adjacent, found = await self.r.storage.db.read(self._threads, keys, reach)
+        for c in found:
+            self.cache.setdefault(c.key, c)
         return adjacent
 
-    def _threads(self, conn: Connection, keys: Sequence[Key], reach: int) -> tuple[dict[Key, list[Key]], Any, Any]:
+    def _threads(
+        self, conn: Connection, keys: Sequence[Key], reach: int
+    ) -> tuple[dict[Key, list[Key]], list[Candidate]]:
+        """Each key's thread (its neighbours this person may see, in order) as adjacency, and the
+        neighbours as candidates."""
+        threads: dict[Key, dict[Key, Any]] = {}  # hit → its thread's items → their order in it
+        found: list[Candidate] = []
+        messages = [int(i) for kind, i in keys if kind == "archive" and i.isdigit()]
+        if messages and (self.archive_user is not None or self.archive_keys):
+            for n in archive_threads(conn, messages, reach, self.archive_user, self.archive_keys):
+                hit = ("archive", str(n.hit))
+                threads.setdefault(hit, {hit: n.hit})[("archive", str(n.id))] = n.id
+                found.append(self._archive_candidate(n))
+        chunks = [int(i) for kind, i in keys if kind == "daily" and i.isdigit()]
+        if chunks and self.daily_scopes:
+            for c in daily_threads(conn, chunks, reach, self.daily_scopes):
+                threads.setdefault(("daily", str(c.hit)), {})[("daily", str(c.id))] = c.chunk_no
+                found.append(self._daily_candidate(c))
         adjacent: dict[Key, list[Key]] = {}
-        for kind, threads_in in (("archive", archive_threads), ("daily", daily_threads)):
-            ids = [int(i) for k, i in keys if k == kind and i.isdigit()]
-            for thread in threads_in(conn, ids, reach).values() if ids else ():
-                chain = [(kind, str(n)) for n in thread]
-                for before, after in itertools.pairwise(chain):
-                    adjacent.setdefault(before, []).append(after)
-                    adjacent.setdefault(after, []).append(before)
-        new = {n for ns in adjacent.values() for n in ns} - set(keys) - self.cache.keys()
-        messages = [int(i) for kind, i in new if kind == "archive"]
-        chunks = [int(i) for kind, i in new if kind == "daily"]
-        archived = (
-            archive_visible(conn, messages, self.archive_user, self.archive_keys, snippets=False) if messages else []
-        )
-        found = daily_visible(conn, chunks, self.daily_scopes) if chunks and self.daily_scopes else []
-        return adjacent, archived, found
+        for thread in threads.values():
+            chain = sorted(thread, key=thread.__getitem__)
+            for before, after in itertools.pairwise(chain):
+                adjacent.setdefault(before, []).append(after)
+                adjacent.setdefault(after, []).append(before)
+        return adjacent, found
 
     async def load(self, keys: Sequence[Key]) -> Mapping[Key, Candidate]:
         out = {k: self.cache[k] for k in keys if k in self.cache}

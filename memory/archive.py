@@ -22,9 +22,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Integer,
     Select,
@@ -41,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine, Row
-from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.sql.selectable import TextualSelect
 
 from memory.db import Database
 from memory.schema import archived_messages, sessions
@@ -800,33 +801,56 @@ def visible_in(
     return [_hit(r, make_snippet(r.content) if snippets else "", 0.0) for r in rows]
 
 
-def _thread_statement() -> TextClause:
+class Neighbour(NamedTuple):
+    """A message found next to a hit (threads_in), with what recall shows of it."""
+
+    hit: int  # the message it was found around
+    id: int
+    session_key: str
+    author: str | None
+    content: str
+    created_at: datetime
+
+
+def _thread_statement(by_user: bool, by_keys: bool) -> TextualSelect:
     # For each id, its `reach` nearest searched messages on either side, in its own session: two
     # correlated LIMIT subqueries walk ix_archived_messages_session_id_id from the id outwards, so
-    # the cost does not grow with the session's length.
+    # the cost does not grow with the session's length. The rows come with them (recall reads a
+    # hundred a turn: one statement, not one for the ids and one for their rows), behind the same
+    # rules as every other read of the archive.
     roles = ", ".join(f"'{role}'" for role in _SEARCHED_ROLES)
+    mine = [rule for rule, wanted in (("v.user_id = :v_user", by_user), ("v.key IN :v_keys", by_keys)) if wanted]
+    rules = "v.memory_excluded = :excluded AND v.audience != 'public'" + (f" AND ({' OR '.join(mine)})" if mine else "")
     side = (
-        "SELECT h.id, c.id FROM archived_messages h JOIN archived_messages c ON c.id IN ("
+        "SELECT h.id AS hit, c.id AS id, v.key AS session_key, c.author AS author, c.content AS content, "
+        "c.created_at AS created_at FROM archived_messages h JOIN archived_messages c ON c.id IN ("
         "SELECT s.id FROM archived_messages s WHERE s.session_id = h.session_id AND s.role IN ({roles}) "
-        "AND s.id {op} h.id ORDER BY s.id {order} LIMIT :reach) WHERE h.id IN :ids"
+        "AND s.id {op} h.id ORDER BY s.id {order} LIMIT :reach) JOIN sessions v ON v.id = c.session_id "
+        "WHERE h.id IN :ids AND {rules}"
     )
-    sql = side.format(roles=roles, op="<", order="DESC") + " UNION ALL " + side.format(roles=roles, op=">", order="")
-    return text(sql).bindparams(bindparam("ids", expanding=True))
+    sql = " UNION ALL ".join(side.format(roles=roles, op=op, order=order, rules=rules) for op, order in _SIDES)
+    params = [bindparam("ids", expanding=True), bindparam("excluded", False, type_=Boolean)]
+    if by_keys:
+        params.append(bindparam("v_keys", expanding=True))
+    # Typed by name, so that SQLite's text comes back a datetime.
+    return text(sql).bindparams(*params).columns(created_at=archived_messages.c.created_at.type)
 
 
-_THREADS = _thread_statement()
+_SIDES = (("<", "DESC"), (">", ""))
+_THREADS = {(u, k): _thread_statement(u, k) for u in (False, True) for k in (False, True)}
 
 
-def threads_in(conn: Connection, ids: Sequence[int], reach: int) -> dict[int, list[int]]:
-    """Each of `ids` with the searched messages around it in its session, up to `reach` on either
-    side, oldest first (the thread a reply like "yes, last Sunday" belongs to). Same session, so
-    visible to whoever sees `ids`. One statement, whatever `reach` is."""
+def threads_in(
+    conn: Connection, ids: Sequence[int], reach: int, user_id: str | None, session_keys: Sequence[str]
+) -> list[Neighbour]:
+    """The searched messages around each of `ids` in its session, up to `reach` on either side,
+    that the asker may see (the thread a reply like "yes, last Sunday" belongs to). One statement,
+    whatever `reach` is."""
     if not ids or reach < 1:
-        return {i: [i] for i in ids}
-    found: dict[int, list[int]] = {i: [i] for i in ids}
-    for hit, near in conn.execute(_THREADS, {"ids": list(ids), "reach": reach}):
-        found.setdefault(hit, [hit]).append(near)
-    return {hit: sorted(thread) for hit, thread in found.items()}
+        return []
+    by_user, by_keys, params = _visible_params(user_id, session_keys)
+    rows = conn.execute(_THREADS[(by_user, by_keys)], {**params, "ids": list(ids), "reach": reach})
+    return [Neighbour._make(row) for row in rows]
 
 
 def _count(conn: Connection, session_id: int | None) -> int:

@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Select, bindparam, case, delete, func, insert, literal_column, or_, select, text
 from sqlalchemy.engine import Connection
@@ -243,21 +243,33 @@ def visible_in(conn: Connection, ids: Sequence[int], scopes: Sequence[str]) -> l
     return [ChunkHit(r.id, r.path, r.scope, r.day, r.content, 0.0) for r in rows]
 
 
+class NearChunk(NamedTuple):
+    """A chunk found next to a hit (threads_in), with what recall shows of it."""
+
+    hit: int  # the chunk it was found around
+    id: int
+    chunk_no: int
+    scope: str
+    day: str
+    content: str
+
+
 _THREADS = text(
-    "SELECT c.id, n.id, n.chunk_no FROM daily_chunks c JOIN daily_chunks n ON n.path = c.path "
-    "AND n.chunk_no BETWEEN c.chunk_no - :reach AND c.chunk_no + :reach WHERE c.id IN :ids"
-).bindparams(bindparam("ids", expanding=True))
+    "SELECT c.id AS hit, n.id AS id, n.chunk_no AS chunk_no, n.scope AS scope, n.day AS day, n.content AS content "
+    "FROM daily_chunks c JOIN daily_chunks n ON n.path = c.path "
+    "AND n.chunk_no BETWEEN c.chunk_no - :reach AND c.chunk_no + :reach "
+    "WHERE c.id IN :ids AND n.scope IN :scopes"
+).bindparams(bindparam("ids", expanding=True), bindparam("scopes", expanding=True))
 
 
-def threads_in(conn: Connection, ids: Sequence[int], reach: int) -> dict[int, list[int]]:
-    """Each of `ids` with the chunks around it in its daily file, up to `reach` on either side, in
-    file order (same file, same scope). One statement, whatever `reach` is."""
-    if not ids:
-        return {}
-    found: dict[int, list[tuple[int, int]]] = {}
-    for hit, near, chunk_no in conn.execute(_THREADS, {"ids": list(ids), "reach": max(0, reach)}):
-        found.setdefault(hit, []).append((chunk_no, near))
-    return {hit: [near for _, near in sorted(thread)] for hit, thread in found.items()}
+def threads_in(conn: Connection, ids: Sequence[int], reach: int, scopes: Sequence[str]) -> list[NearChunk]:
+    """The chunks around each of `ids` in its daily file, up to `reach` on either side, and the
+    chunk itself, in these scopes (a file has one: its hit's). One statement, rows included,
+    whatever `reach` is."""
+    if not ids or reach < 1 or not scopes:
+        return []
+    rows = conn.execute(_THREADS, {"ids": list(ids), "reach": reach, "scopes": list(scopes)})
+    return [NearChunk._make(row) for row in rows]
 
 
 def _mtime_of(path: Path) -> int | None:

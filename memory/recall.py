@@ -464,24 +464,29 @@ class Retriever:
         s = self.settings
         search = without_names(query, self._names) if s.search_without_names else query
         # The query embedding (another thread) and then the vector search run while the full-text
-        # legs ask the database: the model, numpy and SQLite each release the GIL.
+        # legs ask the database, and then the lexical hits' neighbours: the model, numpy and SQLite
+        # each release the GIL. The vector hits' own neighbours are asked for once they are known.
         vector_leg = asyncio.ensure_future(self._vector_hits(search))
+        adjacent: dict[Key, list[Key]] = {}
+        threads = self._neighbours is not None and s.neighbour_weight > 0
         try:
             hits = await self._lexical(search, s.lexical_pool)
+            pool: dict[Key, Candidate] = {c.key: c for c, _ in hits}
+            if threads and pool:
+                await self._thread_of(list(pool), adjacent)
         except BaseException:
             vector_leg.cancel()
             if vector_leg.done() and not vector_leg.cancelled():
                 vector_leg.exception()  # failed too: retrieved, so asyncio does not log it as lost
             raise
         qvec, cosines = await vector_leg
-        pool: dict[Key, Candidate] = {c.key: c for c, _ in hits}
         lexical = {c.key: score for c, score in hits}
+        found_by_vector = [k for k in cosines if k not in pool]
+        if threads and found_by_vector:
+            await self._thread_of(found_by_vector, adjacent)
         wanted = list(dict.fromkeys([*pool, *cosines]))
-        adjacent: dict[Key, Sequence[Key]] = {}
-        if self._neighbours is not None and s.neighbour_weight > 0 and wanted:
-            adjacent.update(await self._neighbours(wanted, s.neighbour_reach))
-            known = set(wanted)
-            wanted += list(dict.fromkeys(n for ns in adjacent.values() for n in ns if n not in known))
+        known = set(wanted)
+        wanted += list(dict.fromkeys(n for ns in adjacent.values() for n in ns if n not in known))
         if qvec is not None and self._vector is not None:
             unscored = [k for k in wanted if k not in cosines]
             if unscored:  # lexical hits and neighbours the vector leg's top did not reach
@@ -496,6 +501,14 @@ class Retriever:
         ranked = fuse(candidates, s, now, min_cosine=self.floor, neighbours=adjacent, query=query)
         ms = (time.perf_counter() - t0) * 1000
         return Recall(ranked, self.floor, self.floor_source, qvec is None and self._embed is not None, gap, ms)
+
+    async def _thread_of(self, keys: Sequence[Key], adjacent: dict[Key, list[Key]]) -> None:
+        """Add what is next to `keys` (up to the reach) to `adjacent`. Asked for two sets of keys
+        apart, this gives what one call for both would: an item's neighbours are its own, and an item
+        within reach of either set is within reach of both together."""
+        assert self._neighbours is not None
+        for key, near in (await self._neighbours(keys, self.settings.neighbour_reach)).items():
+            adjacent.setdefault(key, []).extend(near)
 
     async def _vector_hits(self, query: str) -> tuple[Vector | None, dict[Key, float]]:
         """The query's vector (None: no embedder, or degraded) and the vector leg's best, by cosine."""

@@ -4,7 +4,7 @@ that must never become syntax."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -499,11 +499,23 @@ async def test_a_thread_reaches_its_neighbours_in_its_own_session_only(archive: 
     await archive.add(first, "a tool ran", role="tool")  # never searched, so never a neighbour
     hit, after = await archive.add(first, "three", "four")
     elsewhere = await archive.add(other, "five")
-    threads = await archive.storage.db.read(threads_in, [hit, elsewhere[0]], 1)
-    assert threads == {hit: [before[1], hit, after], elsewhere[0]: elsewhere}
-    wide = await archive.storage.db.read(threads_in, [hit], 5)
-    assert wide == {hit: [*before, hit, after]}  # up to five each side: what the session has
-    assert await archive.storage.db.read(threads_in, [hit], 0) == {hit: [hit]}
+
+    async def threads(ids: list[int], reach: int, user: str | None = "alice", keys: Sequence[str] = ()) -> Any:
+        found = await archive.storage.db.read(threads_in, ids, reach, user, list(keys))
+        out: dict[int, list[int]] = {}
+        for n in found:
+            out.setdefault(n.hit, [n.hit]).append(n.id)
+        return {h: sorted(thread) for h, thread in out.items()}, found
+
+    near, rows = await threads([hit, elsewhere[0]], 1)
+    assert near == {hit: [before[1], hit, after]}  # "five" is alone in its session
+    assert {(n.id, n.content, n.session_key) for n in rows} == {(before[1], "two", "web:a"), (after, "four", "web:a")}
+    assert all(n.created_at.tzinfo is not None for n in rows)
+    assert (await threads([hit], 5))[0] == {hit: [*before, hit, after]}  # up to five each side: what the session has
+    assert (await threads([hit], 0))[0] == {}
+    # Behind the archive's rules: another person sees nothing of Alice's, the conversation's key shows it.
+    assert (await threads([hit], 1, user="bob"))[0] == {}
+    assert (await threads([hit], 1, user="bob", keys=["web:a"]))[0] == {hit: [before[1], hit, after]}
 
 
 # --- PostgreSQL: common words left out by its own statistics --------------------------------------

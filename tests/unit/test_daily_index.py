@@ -133,8 +133,19 @@ async def test_a_chunk_thread_is_its_neighbours_in_file_order(notes: Notes) -> N
     ids = sorted(h.id for h in hits)
     middle = ids[len(ids) // 2]
     [theirs] = await index.search("short note", scopes=["personal:bob"])
-    threads = await storage.db.read(threads_in, [middle, theirs.id], 1)
-    assert threads[theirs.id] == [theirs.id]  # another file: no neighbours from Alice's
-    assert len(threads[middle]) == 3 and threads[middle][1] == middle
-    wide = (await storage.db.read(threads_in, [middle], 2))[middle]
-    assert len(wide) == 5 and wide[1:4] == threads[middle]
+
+    async def threads(ids: list[int], reach: int, scopes: list[str]) -> dict[int, list[int]]:
+        out: dict[int, list[tuple[int, int]]] = {}
+        for c in await storage.db.read(threads_in, ids, reach, scopes):
+            out.setdefault(c.hit, []).append((c.chunk_no, c.id))
+        return {hit: [i for _, i in sorted(thread)] for hit, thread in out.items()}
+
+    both = ["personal:alice", "personal:bob"]
+    near = await threads([middle, theirs.id], 1, both)
+    assert near[theirs.id] == [theirs.id]  # another file: no neighbours from Alice's
+    assert len(near[middle]) == 3 and near[middle][1] == middle
+    wide = (await threads([middle], 2, both))[middle]
+    assert len(wide) == 5 and wide[1:4] == near[middle]
+    assert await threads([middle], 1, ["personal:bob"]) == {}  # only in the scopes asked for
+    [row] = [c for c in await storage.db.read(threads_in, [middle], 1, both) if c.id == near[middle][0]]
+    assert row.scope == "personal:alice" and "harbour cranes" in row.content and row.day == "2026-11-30"

@@ -474,6 +474,34 @@ async def test_the_query_embedding_runs_while_the_lexical_leg_searches() -> None
     assert not result.vector_degraded and order(result.ranked)[0] == "m1"
 
 
+async def test_the_lexical_hits_neighbours_are_read_while_the_query_is_embedded() -> None:
+    pool = Pool()
+    asked: list[list[str]] = []
+    threading, embedding = asyncio.Event(), asyncio.Event()
+
+    async def neighbours(keys: Sequence[Key], reach: int) -> dict[Key, list[Key]]:
+        asked.append([i for _, i in keys])
+        threading.set()
+        await embedding.wait()  # only once the query is being embedded: after it, this would wait forever
+        return await pool.neighbours(keys, reach)
+
+    async def embed(text: str) -> Vector:
+        embedding.set()
+        await threading.wait()
+        return np.asarray([0.0, 1.0], dtype=np.float32)  # towards m3, which no word of the query names
+
+    settings = RecallSettings(vector_pool=1, lexical_pool=1, recency_half_life_days=0.0)
+    retriever = Retriever(
+        settings, pool.lexical, pool.load, vector=pool.vector, embed_query=embed, neighbours=neighbours
+    )
+    result = await asyncio.wait_for(retriever.recall("trip Lisbon", NOW), 5)
+    # First the lexical hit's thread, then the vector hit's, which the first did not ask for.
+    assert asked == [["m1"], ["m3"]]
+    parts = {s.candidate.id: s.parts for s in result.ranked}
+    assert set(parts) == {"m1", "m2", "m3"}
+    assert all(p["neighbour"] > 0 for p in parts.values())  # m2 sits between the two hits
+
+
 async def test_a_failing_lexical_leg_cancels_the_query_embedding() -> None:
     pool = Pool()
     embedding = asyncio.Event()
