@@ -3,6 +3,7 @@ gateway. Plain values only: no I/O here."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -72,6 +73,7 @@ class Scope:
         return self.kind.value if self.kind == ScopeKind.GLOBAL else f"{self.kind.value}:{self.name}"
 
     @staticmethod
+    @functools.lru_cache(maxsize=4096)  # pure, and a scope is immutable: recall parses ~40 a turn
     def parse(text: str) -> Scope:
         """Parse `personal:alice`, `channel:telegram:group:-100`, `project:atlas` or `global`;
         ValueError with the reason otherwise."""
