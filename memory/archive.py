@@ -244,19 +244,19 @@ def porter_and_trigram(
 # A term found in more than this share of the indexed texts says little about any of them (its
 # BM25 weight is near zero) but makes the search rank all of them: it is left out of the MATCH when
 # rarer terms remain. ("benchmark message 5" over an archive where every message says "benchmark
-# message" ranks a handful of rows instead of all of them.)
+# message" ranks a handful of rows instead of all of them.) Below MIN_ROWS_FOR_PRUNING texts,
+# ranking every match costs less than counting the terms (a turn's daily notes: 0.6 ms of counts).
 COMMON_SHARE = 0.3
-MIN_ROWS_FOR_PRUNING = 50
+MIN_ROWS_FOR_PRUNING = 1_000
 
 
 def indexed_count(conn: Connection, fts_table: str) -> int:
     """How many texts the table indexes, counted at most once a minute (a count reads them all;
-    an estimate is enough to tell a common term from a rare one)."""
+    an estimate is enough to tell a common term from a rare one, or a small table from a large one)."""
     rows = _counts(conn).rows
     now = time.monotonic()
     cached = rows.get(fts_table)
-    # A small table is cheap to count and may be growing fast (a new gateway): count it every time.
-    if cached is None or now - cached[0] > COUNT_TTL_SECONDS or cached[1] < 20 * MIN_ROWS_FOR_PRUNING:
+    if cached is None or now - cached[0] > COUNT_TTL_SECONDS:
         cached = rows[fts_table] = (now, int(conn.exec_driver_sql(f"SELECT count(*) FROM {fts_table}").scalar() or 0))
     return cached[1]
 
@@ -264,14 +264,14 @@ def indexed_count(conn: Connection, fts_table: str) -> int:
 TERM_COUNTS_KEPT = 4096  # per database
 
 
-def _term_count(conn: Connection, fts_table: str, term: str, fresh: bool) -> int:
-    """How many texts match `term`. Counting a common term walks its whole posting list, so on a
-    large table (`fresh` False) a count is reused for a minute: a term's share moves slowly."""
+def _term_count(conn: Connection, fts_table: str, term: str) -> int:
+    """How many texts match `term`. Counting a common term walks its whole posting list, so a count
+    is reused for a minute: a term's share moves slowly."""
     terms = _counts(conn).terms
     key = (fts_table, term)
     now = time.monotonic()
     cached = terms.get(key)
-    if cached is not None and not fresh and now - cached[0] <= COUNT_TTL_SECONDS:
+    if cached is not None and now - cached[0] <= COUNT_TTL_SECONDS:
         terms.move_to_end(key)
         return cached[1]
     n = int(
@@ -290,14 +290,13 @@ def _term_count(conn: Connection, fts_table: str, term: str, fresh: bool) -> int
 def informative_terms(conn: Connection, fts_table: str, terms: Sequence[str]) -> list[str]:
     """`terms` without those too common to matter, judged on the FTS5 table's own document counts
     (stemming included); the rarest term is always kept. SQLite only: one cheap count per term,
-    reused for a minute on a large table."""
+    reused for a minute."""
     if len(terms) < 2:
         return list(terms)
     total = indexed_count(conn, fts_table)
     if total < MIN_ROWS_FOR_PRUNING:
         return list(terms)
-    fresh = total < 20 * MIN_ROWS_FOR_PRUNING  # small and maybe growing fast: count every time
-    counted = [(_term_count(conn, fts_table, t, fresh), t) for t in terms]
+    counted = [(_term_count(conn, fts_table, t), t) for t in terms]
     kept = [t for n, t in counted if n <= total * COMMON_SHARE]
     return kept or [min(counted)[1]]
 

@@ -25,6 +25,7 @@ from memory.archive import (
     ArchiveStore,
     PgWords,
     fts_expression,
+    informative_terms,
     make_snippet,
     pg_words_for,
     query_terms,
@@ -516,6 +517,31 @@ async def test_a_thread_reaches_its_neighbours_in_its_own_session_only(archive: 
     # Behind the archive's rules: another person sees nothing of Alice's, the conversation's key shows it.
     assert (await threads([hit], 1, user="bob"))[0] == {}
     assert (await threads([hit], 1, user="bob", keys=["web:a"]))[0] == {hit: [before[1], hit, after]}
+
+
+async def test_sqlite_leaves_out_common_words_once_a_table_is_large(tmp_path: Path) -> None:
+    storage = await Storage.open(f"sqlite:///{tmp_path}/a.db")
+    try:
+        archive = Archive(storage)
+        sid = await archive.session("web:bench", "alice")
+        await archive.add(sid, "the lighthouse benchmark message", *[f"benchmark message {n}" for n in range(998)])
+
+        def informative(conn: Connection, words: list[str]) -> list[str]:
+            return informative_terms(conn, "archived_messages_fts", words)
+
+        # 999 texts: ranking every match is cheaper than counting the words, so all of them stay.
+        assert await storage.db.read(informative, ["benchmark", "message", "lighthouse"]) == [
+            "benchmark",
+            "message",
+            "lighthouse",
+        ]
+        await archive.add(sid, "benchmark message 999")
+        memory.archive._COUNTS.clear()  # counts are kept a minute
+        assert await storage.db.read(informative, ["benchmark", "message", "lighthouse"]) == ["lighthouse"]
+        assert await storage.db.read(informative, ["benchmark", "message"]) == ["benchmark"]  # the rarest stays
+        assert await archive.ids("lighthouse message", user_id="alice") == [1]
+    finally:
+        await storage.close()
 
 
 # --- PostgreSQL: common words left out by its own statistics --------------------------------------
