@@ -7,6 +7,8 @@ upkeep that embeds them (backfill speed, resumed after an interruption).
     .venv/bin/python benchmarks/recall_scale.py --fresh    # re-embed everything: measures the backfill
     .venv/bin/python benchmarks/recall_scale.py --json     # JSON instead of Markdown
     .venv/bin/python benchmarks/recall_scale.py --profile recall.pstats  # cProfile the largest run
+    .venv/bin/python benchmarks/recall_scale.py --keep /tmp/rs        # keep each size's database,
+    .venv/bin/python benchmarks/recall_scale.py --child /tmp/rs/size-10000.json  # and measure it again
 
 Data: the dialog turns and questions of ../shared/bench/locomo10.json (LoCoMo, CC BY-NC 4.0; read
 here, never copied into the repository). Its 5,882 turns become memory texts in 24 wordings (six
