@@ -25,7 +25,6 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
-    Boolean,
     ColumnElement,
     Integer,
     Select,
@@ -39,10 +38,11 @@ from sqlalchemy import (
     select,
     table,
     text,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine, Row
-from sqlalchemy.sql.selectable import TextualSelect
+from sqlalchemy.sql.selectable import CompoundSelect
 
 from memory.db import Database
 from memory.schema import archived_messages, sessions
@@ -338,11 +338,12 @@ def first_match(content: str, terms: Sequence[str]) -> int | None:
 def _visible(by_user: bool, by_keys: bool) -> list[ColumnElement[bool]]:
     """Filters for what the asker may see (see the module docstring), the asker bound as parameters
     (`_visible_params`): with neither a user nor keys, every session (the operator's view)."""
-    rules: list[ColumnElement[bool]] = [
-        sessions.c.memory_excluded.is_(false()),
-        sessions.c.audience != "public",
-        archived_messages.c.role.in_(_SEARCHED_ROLES),
-    ]
+    return [archived_messages.c.role.in_(_SEARCHED_ROLES), *_visible_sessions(by_user, by_keys)]
+
+
+def _visible_sessions(by_user: bool, by_keys: bool) -> list[ColumnElement[bool]]:
+    """The sessions part of _visible: which sessions' messages the asker may see."""
+    rules: list[ColumnElement[bool]] = [sessions.c.memory_excluded.is_(false()), sessions.c.audience != "public"]
     mine: list[ColumnElement[bool]] = []
     if by_user:
         mine.append(sessions.c.user_id == bindparam("v_user"))
@@ -811,31 +812,41 @@ class Neighbour(NamedTuple):
     created_at: datetime
 
 
-def _thread_statement(by_user: bool, by_keys: bool) -> TextualSelect:
+def _thread_statement(by_user: bool, by_keys: bool) -> CompoundSelect:
     # For each id, its `reach` nearest searched messages on either side, in its own session: two
     # correlated LIMIT subqueries walk ix_archived_messages_session_id_id from the id outwards, so
     # the cost does not grow with the session's length. The rows come with them (recall reads a
     # hundred a turn: one statement, not one for the ids and one for their rows), behind the same
     # rules as every other read of the archive.
-    roles = ", ".join(f"'{role}'" for role in _SEARCHED_ROLES)
-    mine = [rule for rule, wanted in (("v.user_id = :v_user", by_user), ("v.key IN :v_keys", by_keys)) if wanted]
-    rules = "v.memory_excluded = :excluded AND v.audience != 'public'" + (f" AND ({' OR '.join(mine)})" if mine else "")
-    side = (
-        "SELECT h.id AS hit, c.id AS id, v.key AS session_key, c.author AS author, c.content AS content, "
-        "c.created_at AS created_at FROM archived_messages h JOIN archived_messages c ON c.id IN ("
-        "SELECT s.id FROM archived_messages s WHERE s.session_id = h.session_id AND s.role IN ({roles}) "
-        "AND s.id {op} h.id ORDER BY s.id {order} LIMIT :reach) JOIN sessions v ON v.id = c.session_id "
-        "WHERE h.id IN :ids AND {rules}"
-    )
-    sql = " UNION ALL ".join(side.format(roles=roles, op=op, order=order, rules=rules) for op, order in _SIDES)
-    params = [bindparam("ids", expanding=True), bindparam("excluded", False, type_=Boolean)]
-    if by_keys:
-        params.append(bindparam("v_keys", expanding=True))
-    # Typed by name, so that SQLite's text comes back a datetime.
-    return text(sql).bindparams(*params).columns(created_at=archived_messages.c.created_at.type)
+    hit, near, step = archived_messages.alias("h"), archived_messages.alias("c"), archived_messages.alias("s")
+    sides = []
+    for before in (True, False):
+        window = (
+            select(step.c.id)
+            .where(
+                step.c.session_id == hit.c.session_id,
+                step.c.role.in_(_SEARCHED_ROLES),
+                step.c.id < hit.c.id if before else step.c.id > hit.c.id,
+            )
+            .order_by(step.c.id.desc() if before else step.c.id)
+            .limit(bindparam("reach", type_=Integer))
+            .correlate(hit)
+        )
+        sides.append(
+            select(
+                hit.c.id.label("hit"),
+                near.c.id,
+                sessions.c.key.label("session_key"),
+                near.c.author,
+                near.c.content,
+                near.c.created_at,
+            )
+            .select_from(hit.join(near, near.c.id.in_(window)).join(sessions, sessions.c.id == near.c.session_id))
+            .where(hit.c.id.in_(bindparam("ids", expanding=True)), *_visible_sessions(by_user, by_keys))
+        )
+    return union_all(*sides)
 
 
-_SIDES = (("<", "DESC"), (">", ""))
 _THREADS = {(u, k): _thread_statement(u, k) for u in (False, True) for k in (False, True)}
 
 
