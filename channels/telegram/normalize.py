@@ -171,4 +171,5 @@ def _join_without_gaps(pieces: list[str]) -> str:
                 out = out[:-1]
             continue
         out += piece
-    return out.strip()
+    # NULs go (PostgreSQL refuses them in text) before the ends are trimmed: " \x00 @bot" is empty.
+    return out.replace("\x00", "").strip()
