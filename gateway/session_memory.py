@@ -11,6 +11,11 @@
 - Each archived range (summarized, trimmed or flushed) queues one memory formation job through
   `formation` (gateway/formation.py), from this background work, never from a turn.
 
+What the summary and flush models are sent is read from storage, which holds only redacted text
+(memory/sessions.py redacts every message as it is stored, migration 0014 what was stored before):
+it is not redacted again, only checked for secrets configured since it was stored (a reload adds
+to the list). The flushed notes are redacted once more as they are written (memory/daily.py).
+
 Every path logs a stable event: session_summarized, session_summary_failed,
 session_trimmed_without_summary, session_flushed, session_flush_written, session_flush_failed.
 """
@@ -21,7 +26,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
@@ -320,6 +325,7 @@ class SessionMemory:
             + ["Messages to fold in:"]
             + [_line(m.role, m.author, m.content) for m in recent[:k]]
         )
+        text = _newly_configured_hidden(text, self._secrets)
         try:
             summary = (await self.llm.ask(chain, SUMMARY_INSTRUCTIONS.format(words=words), text)).strip()
         except LLMError as exc:
@@ -393,8 +399,11 @@ class SessionMemory:
             if delay is None:
                 await self._wake.wait()
             else:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancellation that
+                # arrives as the event is set, and stop() would wait on this worker for ever.
                 try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
             self._wake.clear()
@@ -425,10 +434,10 @@ class SessionMemory:
         if not lines:
             await self.storage.flushes.done(job, "nothing to flush")
             return True
-        transcript = redact("\n".join(_transcript(lines)), self._secrets)
+        transcript = _newly_configured_hidden("\n".join(_transcript(lines)), self._secrets)
         try:
             answer = await self.llm.ask(chain, FLUSH_INSTRUCTIONS, transcript)
-            bullets = [redact(b, self._secrets) for b in _bullets(answer)]
+            bullets = _bullets(answer)  # redacted as the daily file takes them (DailyFiles.append)
             path = self.daily.path(job.scope, job.owner, date.fromisoformat(job.day))  # type: ignore[arg-type]
             heading = f"{_local_time(self.config.timezone)} · {_source(job.session_key)}"
             added = await asyncio.to_thread(self._write, path, job, heading, bullets) if bullets else []
@@ -468,6 +477,14 @@ class SessionMemory:
         if added:
             write_owner_marker(path.parent, job.owner)
         return added
+
+
+def _newly_configured_hidden(text: str, secrets: Sequence[str]) -> str:
+    """Stored text, redacted when it was stored, with the configured secrets redacted that were
+    added since: a substring test per secret, not the detector's full pass over the transcript."""
+    if any(len(secret) >= 4 and secret in text for secret in secrets):  # redact skips shorter ones
+        return redact(text, secrets)
+    return text
 
 
 @functools.lru_cache(maxsize=256)

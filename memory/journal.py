@@ -1,7 +1,16 @@
-"""Inbound event journal and outbound idempotency records (DESIGN §2: dedupe and no loss)."""
+"""Inbound event journal and outbound idempotency records (DESIGN §2: dedupe and no loss).
+
+Secrets at rest (DESIGN §11): an event's payload keeps the text as it came in while the event is
+unfinished (`received`), because a crashed turn is resumed from it and the live turn's request
+carries the original. When the event is finished, whatever the status (done, ignored, refused,
+failed), its text is replaced by the redacted text in the same transaction: a finished event is
+only ever read to answer a retry with the recorded reply (see `matches`), never to run it again.
+Outbound records hold keys, statuses and platform ids, no text.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.events import utcnow
 from memory.db import Database
+from memory.redact import redact
 from memory.schema import inbound_events, outbound
 
 # Every turn runs these; built once so a call only binds parameters (bindparam names must differ
@@ -27,6 +37,12 @@ _SENT = (
     update(outbound)
     .where(outbound.c.idempotency_key == bindparam("b_key"))
     .values(status="sent", message_id=bindparam("b_message_id"))
+)
+_PAYLOAD = select(inbound_events.c.payload).where(inbound_events.c.event_id == bindparam("b_event_id"))
+_SET_PAYLOAD = (
+    update(inbound_events)
+    .where(inbound_events.c.event_id == bindparam("b_event_id"))
+    .values(payload=bindparam("b_payload"))
 )
 _STREAMING = (
     update(outbound)
@@ -44,13 +60,32 @@ class PendingEvent:
 
 
 def finish_in(
-    conn: Connection, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None
+    conn: Connection,
+    event_id: str,
+    status: str = "done",
+    sent: tuple[str, str | None] | None = None,
+    scrub: Callable[[str], str] | None = None,
 ) -> None:
     """Mark an inbound event finished and, when given, its reply (idempotency key, message id) sent,
-    inside the caller's transaction."""
+    inside the caller's transaction. `scrub` redacts the journaled text; None: the caller knows
+    it has nothing to redact."""
+    if scrub is not None:
+        _scrub_in(conn, event_id, scrub)
     conn.execute(_FINISH, {"b_event_id": event_id, "b_status": status, "b_at": utcnow()})
     if sent is not None:
         conn.execute(_SENT, {"b_key": sent[0], "b_message_id": sent[1]})
+
+
+def _scrub_in(conn: Connection, event_id: str, scrub: Callable[[str], str]) -> None:
+    payload = conn.execute(_PAYLOAD, {"b_event_id": event_id}).scalar()
+    if not isinstance(payload, dict):
+        return
+    text = payload.get("text")
+    if not isinstance(text, str) or not text:
+        return
+    hidden = scrub(text)
+    if hidden != text:
+        conn.execute(_SET_PAYLOAD, {"b_event_id": event_id, "b_payload": {**payload, "text": hidden}})
 
 
 def _insert(conn: Connection, statement: Insert, row: dict[str, Any]) -> None:
@@ -122,8 +157,9 @@ def _counts(conn: Connection) -> dict[str, int]:
 
 
 class Journal:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, secrets: Sequence[str] = ()) -> None:
         self._db = db
+        self._secrets = secrets  # the gateway's configured secrets: a reload extends the list in place
 
     async def record(self, event_id: str, channel: str, session_key: str, payload: dict[str, Any]) -> bool:
         """Journal an inbound event before it is processed. False when it was seen before."""
@@ -143,7 +179,17 @@ class Journal:
         return True
 
     async def finish(self, event_id: str, status: str = "done", sent: tuple[str, str | None] | None = None) -> None:
-        await self._db.write(finish_in, event_id, status, sent)
+        """Finish an event that left no message in a session (a command, a refusal, an apology):
+        its journaled text is redacted here."""
+        secrets = self._secrets
+        await self._db.write(finish_in, event_id, status, sent, lambda text: redact(text, secrets))
+
+    def matches(self, event: PendingEvent, text: str) -> bool:
+        """Whether `text` is what was journaled for `event`: as it came in, or, the event being
+        finished, redacted. A retry under the same idempotency key is told apart from a reuse of the
+        key for another message this way (two texts that differ only in a secret count as one)."""
+        stored = event.payload.get("text")
+        return stored == text or stored == redact(text, self._secrets)
 
     async def journaled(self, event_id: str) -> tuple[str, PendingEvent] | None:
         """(status, the event) of one journaled event; None when it was never seen."""

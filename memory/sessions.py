@@ -2,11 +2,19 @@
 
 Active sessions are cached in memory with their recent messages, so a turn reads nothing from
 the database; every change is written through before the turn goes on.
+
+Secrets at rest (DESIGN §11): a message is redacted as it is stored (every role, tool-call
+arguments included), and the session's cached context holds the stored copy, so later turns, the
+summary and the archive (filled from these rows only) never see the original. The live turn's own
+request was built before, from what the person typed: the model may answer about the key just
+pasted. The turn's journaled event is finished in the same transaction, its text redacted too.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +25,7 @@ from sqlalchemy.engine import Connection
 from gateway.events import utcnow
 from memory.db import Database
 from memory.journal import finish_in
+from memory.redact import REDACTED, redact
 from memory.schema import UTCDateTime, archived_messages, messages, session_flushes, sessions
 from memory.tokens import estimate_tokens
 
@@ -56,6 +65,79 @@ class Message:
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
         return out
+
+
+def _redact_leaves(value: Any, secrets: Sequence[str], key: str | None = None) -> Any:
+    """Each string of a decoded JSON value redacted with its key beside it (`"password": "…"` is a
+    secret where the bare value may not look like one), the structure kept."""
+    if isinstance(value, dict):
+        return {k: _redact_leaves(v, secrets, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_leaves(v, secrets, key) for v in value]
+    if not isinstance(value, str) or not value:
+        return value
+    piece = json.dumps({key: value} if key is not None else value, ensure_ascii=False)
+    try:
+        hidden = json.loads(redact(piece, secrets))
+    except ValueError:
+        return REDACTED
+    return hidden[key] if key is not None and isinstance(hidden, dict) else hidden
+
+
+def redact_arguments(arguments: Any, secrets: Sequence[str]) -> Any:
+    """A tool call's arguments (a JSON text) as they may be stored: redacted, and still the JSON
+    they were, so the next turn's request replays a call the provider accepts."""
+    if not isinstance(arguments, str):
+        return _redact_leaves(arguments, secrets) if isinstance(arguments, dict | list) else arguments
+    hidden = redact(arguments, secrets)
+    if hidden == arguments:
+        return arguments
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        return hidden  # never JSON: it stays text
+    try:
+        json.loads(hidden)
+        return hidden
+    except ValueError:  # a redacted span cut through the JSON's syntax (a key block without its end)
+        return json.dumps(_redact_leaves(decoded, secrets), ensure_ascii=False)
+
+
+def redact_tool_calls(calls: list[dict[str, Any]] | None, secrets: Sequence[str]) -> list[dict[str, Any]] | None:
+    """Tool calls with their arguments redacted; the same list when nothing needed it."""
+    if not calls:
+        return calls
+    out: list[dict[str, Any]] = []
+    changed = False
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or "arguments" not in function:
+            out.append(call)
+            continue
+        arguments = redact_arguments(function["arguments"], secrets)
+        if arguments is function["arguments"] or arguments == function["arguments"]:
+            out.append(call)
+            continue
+        changed = True
+        out.append({**call, "function": {**function, "arguments": arguments}})
+    return out if changed else calls
+
+
+def stored_copy(message: Message, secrets: Sequence[str]) -> Message:
+    """`message` as it may be stored: itself when nothing in it is secret-like, else a redacted copy
+    whose token estimate is that of the stored text (the session's totals add up the rows)."""
+    content = redact(message.content, secrets) if message.content else message.content
+    calls = redact_tool_calls(message.tool_calls, secrets)
+    if content == message.content and calls is message.tool_calls:
+        return message
+    return Message(
+        role=message.role,
+        content=content,
+        tool_calls=calls,
+        tool_call_id=message.tool_call_id,
+        author=message.author,
+        event_id=message.event_id,
+    )
 
 
 @dataclass(slots=True)
@@ -116,13 +198,14 @@ def _append(
     tokens: int,
     finish_event: str | None,
     sent: tuple[str, str | None] | None,
+    scrub: Callable[[str], str] | None,
 ) -> list[int]:
     ids: list[int] = []
     if rows:
         ids = list(conn.execute(_ADD_MESSAGES, rows).scalars())
         conn.execute(_COUNT, {"b_session_id": session_id, "b_messages": len(rows), "b_tokens": tokens})
     if finish_event is not None:
-        finish_in(conn, finish_event, "done", sent)
+        finish_in(conn, finish_event, "done", sent, scrub=scrub)
     return ids
 
 
@@ -270,8 +353,9 @@ def _newer(conn: Connection, state: SessionState) -> tuple[list[Message], int] |
 
 
 class SessionStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, secrets: Sequence[str] = ()) -> None:
         self._db = db
+        self._secrets = secrets  # the gateway's configured secrets: a reload extends the list in place
         self._active: dict[str, SessionState] = {}
 
     async def caught_up(self, state: SessionState) -> bool:
@@ -354,8 +438,12 @@ class SessionStore:
         sent: tuple[str, str | None] | None = None,
     ) -> None:
         """Write messages, and optionally mark their inbound event done (and, with it, the reply
-        sent), in one transaction: after a crash either all of the turn is recorded or none of it."""
+        sent), in one transaction: after a crash either all of the turn is recorded or none of it.
+
+        What is stored, and what `state.recent` keeps, are redacted copies (`stored_copy`); the
+        messages given keep their text and get their ids."""
         now = utcnow()
+        kept = [stored_copy(m, self._secrets) for m in new]
         rows = [
             {
                 "session_id": state.id,
@@ -368,15 +456,30 @@ class SessionStore:
                 "tokens": m.tokens,
                 "created_at": now,
             }
-            for m in new
+            for m in kept
         ]
-        tokens = sum(m.tokens for m in new)
-        ids = await self._db.write(_append, state.id, rows, tokens, finish_event, sent)
-        for m, mid in zip(new, ids, strict=True):
-            m.id = mid
-        state.recent.extend(new)
-        state.message_count += len(new)
+        tokens = sum(m.tokens for m in kept)
+        scrub = self._journal_scrub(new, kept, finish_event) if finish_event is not None else None
+        ids = await self._db.write(_append, state.id, rows, tokens, finish_event, sent, scrub)
+        for m, k, mid in zip(new, kept, ids, strict=True):
+            m.id = k.id = mid
+        state.recent.extend(kept)
+        state.message_count += len(kept)
         state.token_count += tokens
+
+    def _journal_scrub(self, new: list[Message], kept: list[Message], event_id: str) -> Callable[[str], str] | None:
+        """How the finished event's journaled text is redacted. A turn's user message is its event's
+        text (gateway/router.py), just redacted above: unchanged, the journal needs no rewrite; changed,
+        it gets that result. Without the event's user message here the journal redacts on its own."""
+        for m, k in zip(new, kept, strict=True):
+            if m.role == "user" and m.event_id == event_id:
+                if k is m:
+                    return None
+                original, hidden = m.content, k.content
+                secrets = self._secrets
+                return lambda text: hidden if text == original else redact(text, secrets)
+        secrets = self._secrets
+        return lambda text: redact(text, secrets)
 
     async def archive(
         self,
@@ -391,6 +494,11 @@ class SessionStore:
         """Prune the active messages up to `through_id` into the archive (with the new rolling
         summary, and a flush job, when given). Safe next to a turn appending to the same session:
         only the oldest messages move. None when the session ended meanwhile."""
+        if summary is not None:
+            # Made from redacted messages, but stored and shown to every later request: checked too.
+            hidden = redact(summary, self._secrets)
+            if hidden != summary:
+                summary, summary_tokens = hidden, estimate_tokens(hidden)
         done = await self._db.write(
             _archive,
             state.id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from memory.archive import ArchiveStore
 from memory.console_sessions import ConsoleSessionStore
 from memory.db import Database
@@ -16,22 +18,24 @@ from memory.sessions import SessionStore
 
 
 class Storage:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, secrets: Sequence[str] = ()) -> None:
+        """`secrets`: the gateway's configured secret values (one list a config reload extends in
+        place), redacted verbatim from what is stored, beside the secret-like patterns."""
         self.db = db
         self.identities = IdentityStore(db)
-        self.sessions = SessionStore(db)
+        self.sessions = SessionStore(db, secrets)
         self.flushes = FlushStore(db)
         self.jobs = JobStore(db)
         self.archive = ArchiveStore(db)
         self.records = RecordStore(db)
         self.revisions = RevisionLog(db)  # across records: batches (merges), undo by revision id
-        self.journal = Journal(db)
+        self.journal = Journal(db, secrets)
         self.links = LinkStore(db)
         self.pairing = PairingStore(db)
         self.console_sessions = ConsoleSessionStore(db)
 
     @classmethod
-    async def open(cls, url: str) -> Storage:
+    async def open(cls, url: str, secrets: Sequence[str] = ()) -> Storage:
         """Open the database at `url`, bring its schema up to date and build the stores."""
         db = Database(url)
         try:
@@ -39,7 +43,7 @@ class Storage:
         except BaseException:
             await db.close()
             raise
-        return cls(db)
+        return cls(db, secrets)
 
     async def ping(self) -> bool:
         return await self.db.ping()

@@ -248,7 +248,7 @@ async def test_secrets_never_reach_the_daily_file(
     secret = "sk-proj-" + "A1b2C3d4" * 6
     await say(http, gw, f"my key is {secret}")
     background.flushes.append(Reply(f"- Their OpenAI key is {secret}"))
-    await say(http, gw, "review: " + WORDS * 18)
+    await say(http, gw, "review: " + WORDS * 19)  # past 400 with the (redacted, shorter) first exchange
     await gw.session_memory.idle()
     flush_request = next(r for r in fake_llm.requests if is_flush(r))
     assert secret not in json.dumps(flush_request)  # not even shown to the model
