@@ -58,18 +58,19 @@ WORDS = (
     "pebble lagoon sparrow juniper kettle mango nectar oyster pigeon quiver raven saffron tulip "
     "umbrella vessel wombat yarrow zephyr basil cobalt dune fjord garnet hazel indigo jasmine"
 ).split()
-_LINE = re.compile(r"^\[(\d+)\]", re.MULTILINE)
+_LINE = re.compile(r"^\[(\d+)\] [^:\n]*: (.*)$", re.MULTILINE)
 
 
 def formation_answer(body: dict[str, Any]) -> str:
-    """The fake model's answer: three candidates for a formation request, a summary for a summary
-    request, the benchmark reply otherwise."""
+    """The fake model's answer: three candidates for a formation request (each in its cited line's
+    own words, as formation's grounding check requires), a summary for a summary request, the
+    benchmark reply otherwise."""
     system = str(body["messages"][0].get("content", "")) if body.get("messages") else ""
     if "memory candidates" in system:
-        lines = [int(n) for n in _LINE.findall(str(body["messages"][-1].get("content", "")))] or [1]
+        said = {int(n): text for n, text in _LINE.findall(str(body["messages"][-1].get("content", "")))}
         picked = [
-            {"type": "preference", "text": "The person likes " + " ".join(random.sample(WORDS, 7)), "sources": [n]}
-            for n in random.sample(lines, min(3, len(lines)))
+            {"type": "preference", "text": said[n][:200], "sources": [n]}
+            for n in random.sample(sorted(said), min(3, len(said)))
         ]
         return json.dumps({"candidates": picked})
     if "summary" in system.lower():

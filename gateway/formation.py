@@ -1,14 +1,16 @@
-"""The `formation` job (issue 7): after a session's older messages were archived (a summary, a trim
-or a flush), the background model proposes memory candidates from what may form memory there, and
-the admitted ones are written as pending evidence. memory/formation.py decides what is admitted,
-memory/formation_candidates.py what a candidate becomes; this module queues, loads, asks and writes.
+"""The `formation` job (DESIGN §6, §8): after a session's older messages were archived (a summary,
+a trim or a flush), the background model proposes memory candidates from what may form memory
+there, and the admitted ones are written as pending evidence. memory/formation.py decides what is
+admitted, memory/formation_candidates.py what a candidate becomes (memory/grounding.py whether its
+cited lines support it); this module queues, loads, asks and writes.
 
 Idempotent: every record of a run is written in one transaction, with a `source` naming the job;
 a run that finds records of its job already written writes nothing. The job's lease is renewed
 right before the write, which fences it: no second worker can hold the job during the write.
 
-Every run logs memory_formation_done (counts only, never content) or memory_formation_skipped
-(why); an answer that is not the JSON asked for logs memory_formation_unparsable and forms nothing.
+Every run logs memory_formation_done (counts only, never content: its `dropped` counts candidates
+by reason, `ungrounded` among them) or memory_formation_skipped (why); an answer that is not the
+JSON asked for logs memory_formation_unparsable and forms nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gateway.config import Config
@@ -33,6 +36,7 @@ from memory.formation_sources import FormationSources
 from memory.jobs import Job
 from memory.model import Scope, ScopeKind
 from memory.storage import Storage
+from memory.traces import TraceStore
 
 log = logging.getLogger("clawgate.formation")
 
@@ -64,6 +68,8 @@ class Formation:
         self._secrets = secrets
         # Called after records were written (the recall upkeep embeds them).
         self.on_change: Callable[[], None] | None = None
+        # Where the turns whose messages formed a record learn about it (their recall traces).
+        self.traces: TraceStore | None = None
         self._access = write_access(config)
 
     def use_config(self, config: Config) -> None:
@@ -118,6 +124,9 @@ class Formation:
         conv = loaded.conversation
         if conv.audience == "public":
             return self._skipped(job, conv.key, "public")
+        bound = self.config.projects_of(conv.key) if conv.audience == "team" else ()
+        if len(bound) == 1:  # a group bound to one project learns for the project (DESIGN §6)
+            conv = replace(conv, project=bound[0])
         if loaded.excluded:
             return self._skipped(job, conv.key, "excluded")
         written = await self.sources.written(job.id)
@@ -152,9 +161,10 @@ class Formation:
             written = await self.sources.written(job.id)
             if written:
                 return self._skipped(job, conv.key, "already_written", records=written)
-            await self.storage.records.import_batch([proposing.to_record(p, conv, job.id) for p in kept])
+            ids = await self.storage.records.import_batch([proposing.to_record(p, conv, job.id) for p in kept])
             if self.on_change is not None:
                 self.on_change()
+            await self._trace_formed(conv, loaded.sources, kept, ids)
         return self._done(job, conv, by_class, left_out, dropped, kept)
 
     async def _propose(
@@ -198,11 +208,32 @@ class Formation:
             out[scope] = [proposing.statement(content, attribution, conversation) for content, attribution in texts]
         return out
 
+    async def _trace_formed(
+        self, conv: Conversation, sources: list[formation.Source], kept: list[Proposal], ids: list[str]
+    ) -> None:
+        """Add what was formed to the recall traces of the turns whose messages it came from."""
+        if self.traces is None:
+            return
+        event_of = {s.id: s.event_id for s in sources if s.event_id}
+        by_event: dict[str, list[str]] = {}
+        for proposal, rid in zip(kept, ids, strict=True):
+            for message in proposal.message_ids:
+                if message in event_of:
+                    by_event.setdefault(event_of[message], []).append(rid)
+        try:
+            await self.traces.formed(conv.key, by_event)
+        except Exception as exc:  # the records are written; a trace that misses them is logged, not retried
+            event(log, "recall_trace_failed", logging.WARNING, session=conv.key, error=type(exc).__name__)
+
     def _writable(self, proposal: Proposal, conv: Conversation, dropped: Counter[str]) -> bool:
         """The policy's word on the target scope, asked as a scheduled run on behalf of the
-        conversation: a personal scope only for its owner, a channel only from inside it, never
-        global (memory.write_access never lets a scheduled run write global memory)."""
+        conversation: a personal scope only for its owner, a channel only from inside it, the
+        project the operator bound the conversation to (config `projects:`, the explicit policy that
+        lets a group's learning reach its project), never global (memory.write_access never lets a
+        scheduled run write global memory)."""
         scope: Scope = proposal.scope
+        if scope.kind == ScopeKind.PROJECT and conv.project is not None and scope.name == conv.project:
+            return True
         if scope.kind not in (ScopeKind.PERSONAL, ScopeKind.CHANNEL):
             dropped["policy"] += 1
             return False

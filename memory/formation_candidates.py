@@ -1,6 +1,14 @@
 """Memory formation, second half (memory/formation.py is the first): reading the model's answer,
-tying each candidate to the admitted lines it cites, folding near-duplicates, dropping what repeats
-an existing memory, the per-run ceilings, and the records that come out. Pure, like the first half.
+tying each candidate to the admitted lines it cites, checking that those lines support it
+(memory/grounding.py), folding duplicates, dropping what repeats an existing memory, the per-run
+ceilings, and the records that come out. Pure, like the first half.
+
+What a record says depends on whose words it stands on (DESIGN §6, §11). An owner assertion keeps
+the model's compact statement: the person's own DM lines, paraphrased, waiting for that person's
+review. Attributed communication never keeps the model's words: its record is the channel, the
+speaker and a bounded verbatim excerpt of what they said, one record per cited line. The model's
+statement only decides whether a line is worth keeping (and, by its type, as what kind), once the
+grounding check found it supported by that line.
 """
 
 from __future__ import annotations
@@ -14,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memory import writeback
+from memory import grounding, writeback
 from memory.formation import Admission, Conversation, Line, flat, text_problem
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, ScopeKind, UsePolicy
 from memory.records import NewRecord
 
 AUTHOR = "system:formation"  # the actor every formed record is written by
@@ -143,7 +151,9 @@ def parse_answer(answer: str) -> tuple[list[Candidate], int]:
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    """A candidate that passed: its scope and class, the lines and messages it stands on."""
+    """A candidate that passed: its scope and class, the lines and messages it stands on. `text` is
+    what the record will say: the model's statement for an owner assertion, the verbatim excerpt of
+    the one cited line for attributed communication."""
 
     kind: str
     text: str
@@ -153,6 +163,22 @@ class Proposal:
     message_ids: tuple[int, ...]
     speakers: tuple[str, ...]  # for attributed communication: who said the cited lines
     order: int  # position in the model's answers, the last tie-break
+    support: int = 1  # how many candidates stand behind it (folding adds them up)
+
+
+def _framing(lines: Sequence[Line], conv: Conversation) -> list[str]:
+    """How a statement may name who said the cited lines and where: never content it must find."""
+    out = [conv.key]
+    for ln in lines:
+        src = ln.source
+        out += [v for v in (src.author, src.name, src.user_id) if v]
+        if src.author and ":" in src.author:
+            out.append(src.author.split(":", 1)[1])  # "1002" of telegram:1002
+    return out
+
+
+def _fit(text: str, secrets: Sequence[str]) -> bool:
+    return writeback.check(text, extra_secrets=secrets, sourced=True).action == "ok"
 
 
 def propose(
@@ -164,8 +190,12 @@ def propose(
     start: int = 0,
 ) -> tuple[list[Proposal], Counter[str]]:
     """Candidates tied to the `lines` they were given, checked again with the same filters as the
-    messages (a model may echo a phone number or an injection), plus the write-back filter; the
-    proposals and how many candidates were dropped, by reason."""
+    messages (a model may echo a phone number or an injection), plus the write-back filter, then
+    for grounding in the lines they cite (`ungrounded` when they are not: see memory/grounding.py);
+    the proposals and how many candidates were dropped, by reason.
+
+    An attributed candidate becomes one proposal per cited line that supports it (a line it cites
+    but draws nothing from is not kept), each holding that line's excerpt."""
     by_number = {ln.number: ln for ln in lines}
     kept: list[Proposal] = []
     dropped: Counter[str] = Counter()
@@ -176,32 +206,46 @@ def propose(
             continue
         sources = [ln for ln in cited if ln is not None]
         problem = text_problem(cand.text, secrets, MAX_CANDIDATE_CHARS)
-        if problem is None and writeback.check(cand.text, extra_secrets=secrets, sourced=True).action != "ok":
+        if problem is None and not _fit(cand.text, secrets):
             problem = "unfit"  # a transcript, a scratchpad, a dump … or a flag the filter raised
         if problem is not None:
             dropped[problem] += 1
             continue
-        text = flat(writeback.clean(cand.text))  # checked with its lines, stored as one
         owner = all(ln.admission == Admission.OWNER for ln in sources) and conv.owner is not None
-        admission = Admission.OWNER if owner else Admission.ATTRIBUTED
-        speakers: tuple[str, ...] = ()
-        if admission == Admission.OWNER:
-            scope = Scope.personal(str(conv.owner))
-        else:
-            scope = Scope.channel(conv.key)
-            speakers = tuple(dict.fromkeys(ln.source.speaker for ln in sources))
-        kept.append(
-            Proposal(
-                cand.kind,
-                text,
-                admission,
-                scope,
-                tuple(ln.number for ln in sources),
-                tuple(ln.source.id for ln in sources),
-                speakers,
-                start + n,
+        support = grounding.ground(cand.text, [ln.source.content for ln in sources], _framing(sources, conv))
+        if not support.holds(grounding.OWNER_COVERAGE if owner else grounding.ATTRIBUTED_COVERAGE):
+            dropped["ungrounded"] += 1
+            continue
+        if owner:
+            text = flat(writeback.clean(cand.text))  # checked with its lines, stored as one
+            numbers = tuple(ln.number for ln in sources)
+            ids = tuple(ln.source.id for ln in sources)
+            kept.append(
+                Proposal(cand.kind, text, Admission.OWNER, Scope.personal(str(conv.owner)), numbers, ids, (), start + n)
             )
-        )
+            continue
+        said = [
+            ln
+            for ln, holds in zip(sources, support.supporting, strict=True)
+            if holds and _fit(ln.source.content, secrets)
+        ]
+        if not said:
+            dropped["unfit"] += 1
+            continue
+        for ln in said:
+            excerpt = grounding.excerpt(writeback.clean(ln.source.content), cand.text)
+            kept.append(
+                Proposal(
+                    cand.kind,
+                    excerpt,
+                    Admission.ATTRIBUTED,
+                    Scope(ScopeKind.PROJECT, conv.project) if conv.project else Scope.channel(conv.key),
+                    (ln.number,),
+                    (ln.source.id,),
+                    (ln.source.speaker,),
+                    start + n,
+                )
+            )
     return kept, dropped
 
 
@@ -246,26 +290,39 @@ def similar(a: str, b: str) -> bool:
 
 
 def _fold_into(kept: Proposal, other: Proposal) -> Proposal:
-    text = other.text if len(other.text) > len(kept.text) else kept.text
+    # An owner assertion keeps the fuller statement; an excerpt the first cut (both are the speaker's words).
+    owner = kept.admission == Admission.OWNER
+    text = other.text if owner and len(other.text) > len(kept.text) else kept.text
     return replace(
         kept,
         text=text,
         lines=tuple(sorted(set(kept.lines) | set(other.lines))),
         message_ids=tuple(sorted(set(kept.message_ids) | set(other.message_ids))),
         speakers=tuple(dict.fromkeys(kept.speakers + other.speakers)),
+        support=kept.support + other.support,
     )
 
 
+def _folds(a: Proposal, gist_a: _Gist, b: Proposal, gist_b: _Gist) -> bool:
+    """Do two proposals of one run say the same thing? Owner statements when similar(); excerpts
+    when they quote the same message, or the same words (two people who said exactly that)."""
+    if a.scope != b.scope or a.admission != b.admission:
+        return False
+    if a.admission == Admission.OWNER:
+        return _same(gist_a, gist_b)
+    return a.message_ids == b.message_ids or a.text.casefold() == b.text.casefold()
+
+
 def fold(proposals: Sequence[Proposal]) -> tuple[list[Proposal], int]:
-    """Near-duplicates of one scope folded into one (the fuller text, the sources of both); the
-    rest in order, and how many were folded away."""
+    """Duplicates of one scope folded into one (see _folds; the sources of both); the rest in
+    order, and how many were folded away."""
     kept: list[Proposal] = []
     gists: list[_Gist] = []
     folded = 0
     for proposal in proposals:
         gist = _gist(proposal.text)
         for i, existing in enumerate(kept):
-            if existing.scope == proposal.scope and _same(gists[i], gist):
+            if _folds(existing, gists[i], proposal, gist):
                 kept[i] = _fold_into(existing, proposal)
                 gists[i] = _gist(kept[i].text)
                 folded += 1
@@ -276,10 +333,12 @@ def fold(proposals: Sequence[Proposal]) -> tuple[list[Proposal], int]:
     return kept, folded
 
 
-def _rank(proposal: Proposal) -> tuple[int, int, int, int]:
-    """Owner assertions first, then what more lines stand on, then by kind, then answer order."""
+def _rank(proposal: Proposal) -> tuple[int, int, int, int, int]:
+    """Owner assertions first, then what more candidates and lines stand on, then by kind, then
+    answer order."""
     owner = 0 if proposal.admission == Admission.OWNER else 1
-    return owner, -len(proposal.lines), _KIND_RANK.get(proposal.kind, len(KINDS)), proposal.order
+    kind = _KIND_RANK.get(proposal.kind, len(KINDS))
+    return owner, -proposal.support, -len(proposal.lines), kind, proposal.order
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,11 +406,13 @@ def _said_in(attribution: str, conversation: str) -> str:
 
 def statement(content: str, attribution: str | None, conversation: str) -> str:
     """The statement of a record as formation wrote it, without its attribution: what a new
-    candidate is compared with."""
+    candidate is compared with. For attributed communication, the excerpt without its quotes
+    (records written before excerpts, with the model's statement after the colon, read the same)."""
     if attribution:
         head = _said_in(attribution, conversation)
         if content.startswith(head):
-            return content[len(head) :]
+            said = content[len(head) :]
+            return said[1:-1] if len(said) >= 2 and said[0] == said[-1] == '"' else said
     return content
 
 
@@ -370,12 +431,14 @@ _EVIDENCE = UsePolicy(
 
 def to_record(proposal: Proposal, conv: Conversation, job_id: int) -> NewRecord:
     """The new record: inferred evidence (it expires with its class, after 30 days) waiting for
-    review; attributed communication is also sensitive and names its speakers and channel."""
+    review; attributed communication is also sensitive and says who said what, where, in their
+    words: `Bob (telegram:1002) said in telegram:group:-100: "The Friday demo moved to 3pm"`."""
     source = f"{source_prefix(job_id)}msgs {_ranges(proposal.message_ids)}"
     content, attribution, sensitivity = proposal.text, None, "normal"
     if proposal.admission == Admission.ATTRIBUTED:
-        attribution = ", ".join(proposal.speakers)
-        content = _said_in(attribution, conv.key) + proposal.text
+        # Cut to the column's size before it heads the content, so statement() still finds it.
+        attribution = ", ".join(proposal.speakers)[:255]
+        content = f'{_said_in(attribution, conv.key)}"{proposal.text}"'
         source = f"{source} of {conv.key}"
         sensitivity = "sensitive"
     return NewRecord(
@@ -388,7 +451,7 @@ def to_record(proposal: Proposal, conv: Conversation, job_id: int) -> NewRecord:
         review_status=ReviewStatus.PENDING,
         sensitivity=sensitivity,
         source=source[:512],
-        attribution=attribution[:255] if attribution else None,
+        attribution=attribution or None,
         origin_audience=conv.audience,
         tags=("formation", proposal.kind),
     )

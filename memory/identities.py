@@ -46,6 +46,7 @@ class DeclaredSync:
 
 
 PLAIN_ROLES = ["user"]  # what a person has without the config saying otherwise
+MAX_DISPLAY_NAME = 255  # the column's width
 
 
 def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[str]]]) -> DeclaredSync:
@@ -125,6 +126,14 @@ def _owner(conn: Connection, identity: str) -> str | None:
     return None if owner is None else str(owner)
 
 
+def _rename(conn: Connection, identity: str, display_name: str) -> None:
+    conn.execute(
+        update(identities)
+        .where(identities.c.identity == identity, identities.c.display_name.is_distinct_from(display_name))
+        .values(display_name=display_name)
+    )
+
+
 def _insert_user(conn: Connection, uid: str, identity: str, display_name: str | None) -> bool:
     """Create user `uid` owning `identity`; False when that user id is taken."""
     if conn.execute(select(users.c.id).where(users.c.id == uid)).first():
@@ -147,6 +156,7 @@ class IdentityStore:
         self._by_identity: dict[str, str] = {}
         self._users: dict[str, User] = {}
         self._cached_since = time.monotonic()
+        self._named: dict[str, str] = {}  # identity → the display name this process last stored for it
 
     def _expire(self) -> None:
         if self._db.shared and time.monotonic() - self._cached_since > self.SHARED_CACHE_SECONDS:
@@ -191,7 +201,10 @@ class IdentityStore:
         return await self._db.read(_display_names)
 
     async def resolve(self, identity: str, display_name: str | None = None) -> User:
-        """The user behind an identity, creating a new `user` on first contact."""
+        """The user behind an identity, creating a new `user` on first contact. The name the
+        platform gives the sender now is kept as the identity's display name (identities declared in
+        config or joined by /link have none until they speak, and people rename themselves): it is
+        how recall and formation name who said something. One write per identity and name."""
         self._expire()
         uid = self._by_identity.get(identity)
         if uid is None:
@@ -199,6 +212,10 @@ class IdentityStore:
             if uid is None:
                 uid = await self._create(identity, display_name)
             self._by_identity[identity] = uid
+        name = " ".join(display_name.split())[:MAX_DISPLAY_NAME] if display_name else ""
+        if name and self._named.get(identity) != name:
+            await self._db.write(_rename, identity, name)
+            self._named[identity] = name
         user = await self.get_user(uid)
         assert user is not None
         return user

@@ -1,8 +1,9 @@
-"""Memory formation end to end (issue 7): a scripted fake model behind real LiteLLM, the real job
-queue and database. An owner's DM forms pending personal evidence; a group forms only attributed,
-sensitive, expiring channel evidence, nothing from a secret or an injection; bot output, tool
-output, public sessions and foreign DMs form nothing; the ceilings hold; a killed job runs again
-and does not write twice."""
+"""Memory formation end to end (DESIGN §6, §8): a scripted fake model behind real LiteLLM, the real
+job queue and database. An owner's DM forms pending personal evidence; a group forms only
+attributed, sensitive, expiring channel evidence that quotes its speaker (by name and identity)
+verbatim, nothing from a secret or an injection, nothing the cited line does not support; bot
+output, tool output, public sessions and foreign DMs form nothing; the ceilings hold; a killed job
+runs again and does not write twice."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ async def test_an_owner_dm_forms_pending_personal_evidence_after_a_summary(
             break
     shown = formation_requests(fake_llm)
     assert len(shown) == 1
-    assert "[1] web:alice: 0 I prefer green tea" in shown[0] and "echo:" not in shown[0]  # no bot output
+    assert "[1] alice (web:alice): 0 I prefer green tea" in shown[0] and "echo:" not in shown[0]  # no bot output
 
     [job] = await formation_jobs(gw)
     assert job.status == DONE and job.key == key and job.payload["why"] == "summarized"
@@ -143,7 +144,10 @@ async def test_an_owner_dm_forms_pending_personal_evidence_after_a_summary(
 
 ADMIN = 9
 ALICE = 1
+BOB = 1002
 STRANGER = 1001
+CAROL = 1003
+NAMES = {ALICE: "Alice", BOB: "Bob", STRANGER: "Ada", CAROL: "Carol"}
 
 
 @pytest.fixture
@@ -151,9 +155,18 @@ async def tg_world(tmp_path: Path) -> AsyncIterator[tuple[Gateway, FakeTelegram,
     users = {
         "root": {"roles": ["admin"], "identities": [f"telegram:{ADMIN}"]},
         "alice": {"roles": ["user"], "identities": [f"telegram:{ALICE}"]},
+        "bob": {"roles": ["user"], "identities": [f"telegram:{BOB}"]},
     }
     async with telegram_world(tmp_path, users) as world:
         yield world
+
+
+async def group_says(tg: FakeTelegram, sender: int, text: str) -> None:
+    """`sender` says `text` to the bot in the group, under their own name; returns once answered."""
+    said, entities = tg.mention(text)
+    user = tg.user(sender, NAMES[sender], NAMES[sender].lower())
+    await tg.enqueue({"message": tg.message(tg.group_chat(), user, said, entities=entities)})
+    await until(lambda: any(s.text == f"echo: {text}" for s in tg.sent))
 
 
 async def test_a_group_forms_only_attributed_expiring_channel_evidence(
@@ -169,12 +182,8 @@ async def test_a_group_forms_only_attributed_expiring_channel_evidence(
         (STRANGER, "the staging server runs Postgres 16"),
     ]
 
-    def answered(text: str) -> Callable[[], bool]:
-        return lambda: any(s.text == f"echo: {text}" for s in tg.sent)
-
     for sender, text in said:
-        await tg.group(text, sender=sender, mention=True)
-        await until(answered(text))
+        await group_says(tg, sender, text)
     model.formation.append(
         answer(
             ("decision", "The beta ships on Friday.", [1]),
@@ -190,7 +199,9 @@ async def test_a_group_forms_only_attributed_expiring_channel_evidence(
 
     [shown] = formation_requests(llm)
     assert "415" not in shown and "ignore previous" not in shown.lower()  # never even shown to the model
-    assert "[1] telegram:1: we decided to ship the beta on Friday" in shown
+    # Alice is declared in the config (her identity has no display name): her name is the one her
+    # message came with.
+    assert "[1] Alice (telegram:1): we decided to ship the beta on Friday" in shown
     assert "[2] Ada (telegram:1001): the staging server runs Postgres 16" in shown
 
     [job] = await formation_jobs(gw)
@@ -199,9 +210,10 @@ async def test_a_group_forms_only_attributed_expiring_channel_evidence(
     assert job.result["left_out"] == {"assistant": 4, "personal_data": 1, "injection": 1}
     assert job.result["dropped"] == {"personal_data": 1, "injection": 1, "unknown_source": 1}
     records = await all_records(gw)
-    assert sorted(r.content.rsplit(": ", 1)[1] for r in records) == [
-        "Staging runs Postgres 16.",
-        "The beta ships on Friday.",
+    # What each of them said, verbatim: never the model's "The beta ships on Friday."
+    assert sorted(r.content.split(": ", 1)[1] for r in records) == [
+        '"the staging server runs Postgres 16"',
+        '"we decided to ship the beta on Friday"',
     ]
     key = job.key
     for r in records:
@@ -211,10 +223,59 @@ async def test_a_group_forms_only_attributed_expiring_channel_evidence(
         assert not r.use_policy.can_use_as_instruction and r.use_policy.requires_user_confirmation
         assert r.expires_at == r.created_at + timedelta(days=30)
         assert r.attribution and r.attribution in r.content and key in r.content
-    by_text = {r.content.rsplit(": ", 1)[1]: r for r in records}
-    assert by_text["Staging runs Postgres 16."].attribution == "Ada (telegram:1001)"
-    assert by_text["The beta ships on Friday."].attribution == "telegram:1"
+    by_text = {r.content.split(": ", 1)[1].strip('"'): r for r in records}
+    assert by_text["the staging server runs Postgres 16"].attribution == "Ada (telegram:1001)"
+    assert by_text["we decided to ship the beta on Friday"].attribution == "Alice (telegram:1)"
     assert all(r.scope.kind.value == "channel" for r in records)  # nobody's personal memory
+
+
+async def test_a_group_keeps_what_was_said_verbatim_and_nothing_the_line_does_not_say(
+    tg_world: tuple[Gateway, FakeTelegram, FakeLLM],
+) -> None:
+    """The model puts words in people's mouths (a hostname nobody said, 32 services on ports one
+    line never named, a rewording of Bob's line): only what a cited line supports is kept, as that
+    line's own words under its speaker's name, and that is what a later prompt shows."""
+    gw, tg, llm = tg_world
+    model = Model()
+    llm.default = model
+    await group_says(tg, BOB, "The Friday demo moved to 3pm")  # Bob is declared: no display name stored
+    await group_says(tg, CAROL, "the new services listen on ports 7001 to 7032")
+    rewording = "Bob says the Friday demo now starts at 3pm"
+    model.formation.append(
+        answer(
+            ("fact", "Alice's laptop hostname is crow", [1]),
+            *(("fact", f"Service X listens on port {7000 + n}", [2]) for n in range(1, 33)),
+            ("decision", rewording, [1]),
+        )
+    )
+    await tg.group("/new", sender=ADMIN)
+    await until(lambda: any("Started a new conversation" in s.text for s in tg.sent))
+    await settle(gw)
+
+    [shown] = formation_requests(llm)
+    assert "[1] Bob (telegram:1002): The Friday demo moved to 3pm" in shown
+    [job] = await formation_jobs(gw)
+    assert job.status == DONE and job.result is not None
+    # The hostname and 30 of the ports are nowhere in the lines; ports 7001 and 7032 are, and fold
+    # into one record of Carol's line.
+    assert job.result["dropped"] == {"ungrounded": 31, "folded": 1}
+    records = {r.attribution: r for r in await all_records(gw)}
+    assert set(records) == {"Bob (telegram:1002)", "Carol (telegram:1003)"}
+    key = job.key
+    bob = records["Bob (telegram:1002)"]
+    assert bob.content == f'Bob (telegram:1002) said in {key}: "The Friday demo moved to 3pm"'
+    assert records["Carol (telegram:1003)"].content.endswith(': "the new services listen on ports 7001 to 7032"')
+    for r in records.values():
+        assert "crow" not in r.content and "Service X" not in r.content and "starts" not in r.content
+        assert r.sensitivity == "sensitive" and r.review_status == ReviewStatus.PENDING
+        assert r.provenance == Provenance.INFERRED and r.expires_at == r.created_at + timedelta(days=30)
+        assert str(r.scope) == f"channel:{key}"
+
+    await group_says(tg, ALICE, "when is the Friday demo?")
+    system = str(llm.requests[-1]["messages"][0]["content"])
+    [line] = [ln for ln in system.splitlines() if bob.id in ln]  # the record, as recall shows it
+    assert "Bob (telegram:1002)" in line and "The Friday demo moved to 3pm" in line
+    assert "now starts at" not in system and "hostname is crow" not in system
 
 
 # --- what forms nothing ----------------------------------------------------------------------------
@@ -327,13 +388,14 @@ async def test_a_failing_model_leaves_the_job_for_a_retry(
 # --- ceilings --------------------------------------------------------------------------------------
 
 
-def hundred(lines: int) -> Reply:
-    """100 candidates citing the given lines, a fifth of them near-duplicates of others."""
+def hundred() -> Reply:
+    """100 candidates about 80 lines (line n says topic n-1), a fifth of them about a line an earlier
+    one was about already (so they fold)."""
     items = []
     for n in range(100):
         topic = n % 80
         text = f"Topic {topic} is settled as option {topic * 7}" + (" indeed" if n >= 80 else "")
-        items.append(("fact", text, [n % lines + 1]))
+        items.append(("fact", text, [topic + 1]))
     return answer(*items)
 
 
@@ -347,16 +409,16 @@ async def test_ceilings_hold_with_a_hundred_candidates(
         "telegram:group:-100",
         "alice",
         "team",
-        [Message("user", f"note {n} about the release", author=f"telegram:{n}") for n in range(1, 6)],
+        [Message("user", f"so topic {t} is settled: option {t * 7}", author=f"telegram:{t}") for t in range(80)],
     )
     dm = await archived(
         gw,
         "web:dm:alice:x",
         "alice",
         "personal",
-        [Message("user", f"my note {n} about the house", author="web:alice") for n in range(1, 6)],
+        [Message("user", f"my topic {t} is settled: option {t * 7}", author="web:alice") for t in range(80)],
     )
-    model.formation.extend([hundred(5), hundred(5)])
+    model.formation.extend([hundred(), hundred()])
     await gw.formation.queue(group)
     await gw.jobs.idle()
     await gw.formation.queue(dm)
@@ -367,8 +429,13 @@ async def test_ceilings_hold_with_a_hundred_candidates(
     assert len(channel) == 20 and len(personal) == 32
     for job in await formation_jobs(gw):
         assert job.result is not None and job.result["dropped"]["folded"] == 20  # folded before the cut
+        assert "ungrounded" not in job.result["dropped"]
     # Every kept statement once: the folded duplicates never reached the database.
-    assert len({r.content for r in personal}) == 32
+    assert len({r.content for r in personal}) == 32 and len({r.content for r in channel}) == 20
+    # The lines the folded candidates were about won the places: two candidates stand on each.
+    assert sorted(r.content.split('"')[1] for r in channel) == sorted(
+        f"so topic {t} is settled: option {t * 7}" for t in range(20)
+    )
 
 
 # --- a job killed in flight ------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Memory formation, the pure parts: typed source admission (a table), reading the model's answer,
-tying candidates to their sources, folding near-duplicates, the ceilings, and the records."""
+tying candidates to their sources and checking them against those (the grounding check itself has
+its table in test_grounding.py), folding duplicates, the ceilings, and the records."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -37,6 +39,7 @@ from memory.formation_candidates import (
     statement,
     to_record,
 )
+from memory.formation_sources import clean_name
 from memory.model import MemoryClass, Provenance, ReviewStatus, Scope
 from memory.records import build
 
@@ -203,8 +206,12 @@ def test_every_candidate_must_cite_lines_it_was_given() -> None:
     ]
     kept, dropped = propose(offered, group_lines(), GROUP)
     assert dropped == {"unknown_source": 2}
-    assert [p.message_ids for p in kept] == [(21,), (21, 22)]
-    assert kept[1].speakers == ("Bob (telegram:7)", "telegram:8")
+    # Attributed communication: one proposal per cited line, holding that line's words.
+    assert [(p.message_ids, p.speakers, p.text) for p in kept] == [
+        ((21,), ("Bob (telegram:7)",), "We deploy on Fridays."),
+        ((21,), ("Bob (telegram:7)",), "We deploy on Fridays."),
+        ((22,), ("telegram:8",), "Staging runs Postgres 16."),
+    ]
     assert all(p.scope == Scope.channel(GROUP.key) and p.admission == Admission.ATTRIBUTED for p in kept)
 
 
@@ -218,7 +225,7 @@ def test_candidate_texts_are_filtered_again() -> None:
         Candidate("fact", "Deploys happen on Fridays.", (1,)),
     ]
     kept, dropped = propose(offered, group_lines(), GROUP, secrets=[SECRET])
-    assert [p.text for p in kept] == ["Deploys happen on Fridays."]
+    assert [p.text for p in kept] == ["We deploy on Fridays."]
     assert dropped == {"personal_data": 1, "injection": 1, "secret": 1, "unfit": 1, "malformed": 1}
 
 
@@ -232,9 +239,12 @@ def test_class_follows_the_cited_lines() -> None:
         [Candidate("preference", "Prefers tea.", (1,)), Candidate("fact", "Tea and coffee.", (1, 2))], lines, conv
     )
     assert kept[0].admission == Admission.OWNER and kept[0].scope == Scope.personal("alice")
-    assert kept[0].speakers == ()
-    # One line by someone else makes the whole candidate attributed communication.
-    assert kept[1].admission == Admission.ATTRIBUTED and kept[1].scope == Scope.channel(conv.key)
+    assert kept[0].speakers == () and kept[0].text == "Prefers tea."  # an owner's statement is kept
+    # One line by someone else makes the whole candidate attributed communication: each line quoted.
+    assert [(p.admission, p.scope, p.text) for p in kept[1:]] == [
+        (Admission.ATTRIBUTED, Scope.channel(conv.key), "I prefer tea."),
+        (Admission.ATTRIBUTED, Scope.channel(conv.key), "Bob likes coffee."),
+    ]
 
 
 # --- folding, known memories, ceilings ---------------------------------------------------------------
@@ -258,26 +268,50 @@ def test_similarity() -> None:
 def test_near_duplicates_fold_with_their_sources_merged() -> None:
     folded, n = fold(
         [
-            proposal("Deploy is on Friday", 1),
-            proposal("Alice prefers tea", 2),
-            proposal("The deploy is on Friday", 3),
-            proposal("Deploy is on Friday", 4, Admission.OWNER),  # another scope: kept apart
+            proposal("Deploy is on Friday", 1, Admission.OWNER),
+            proposal("Alice prefers tea", 2, Admission.OWNER),
+            proposal("The deploy is on Friday", 3, Admission.OWNER),
+            proposal("Deploy is on Friday", 4),  # another scope: kept apart
         ]
     )
     assert n == 1 and len(folded) == 3
-    assert folded[0].text == "The deploy is on Friday"  # the fuller text
-    assert folded[0].lines == (1, 3) and folded[0].message_ids == (101, 103)
-    assert folded[0].speakers == ("P1 (telegram:1)", "P3 (telegram:3)")
+    assert folded[0].text == "The deploy is on Friday"  # the fuller statement
+    assert folded[0].lines == (1, 3) and folded[0].message_ids == (101, 103) and folded[0].support == 2
+
+
+def test_excerpts_fold_when_they_quote_one_line_or_the_same_words() -> None:
+    same_line = replace(proposal("We deploy on Fridays.", 1), kind="decision")
+    folded, n = fold(
+        [
+            proposal("We deploy on Fridays.", 1),
+            same_line,  # a second candidate about line 1
+            proposal("we deploy on fridays.", 2),  # someone else said exactly that
+            proposal("We deploy on Fridays, usually.", 3),  # close, but not their words: a record of its own
+        ]
+    )
+    assert n == 2 and [p.lines for p in folded] == [(1, 2), (3,)]
+    assert folded[0].text == "We deploy on Fridays." and folded[0].kind == "fact" and folded[0].support == 3
+    assert folded[0].speakers == ("P1 (telegram:1)", "P2 (telegram:2)")
 
 
 def test_a_candidate_repeating_an_existing_memory_is_dropped_not_merged() -> None:
-    stored = "Bob (telegram:7) said in telegram:group:-100: Deploy is on Friday"
+    stored = 'Bob (telegram:7) said in telegram:group:-100: "Deploy is on Friday"'
     assert statement(stored, "Bob (telegram:7)", GROUP.key) == "Deploy is on Friday"
+    # A record formed before excerpts (the model's statement after the colon) reads the same.
+    older = "Bob (telegram:7) said in telegram:group:-100: Deploy is on Friday"
+    assert statement(older, "Bob (telegram:7)", GROUP.key) == "Deploy is on Friday"
     assert statement("Prefers tea", None, GROUP.key) == "Prefers tea"
     existing = {str(Scope.channel(GROUP.key)): [statement(stored, "Bob (telegram:7)", GROUP.key)]}
-    result = plan([proposal("Deploy is on Friday", 1), proposal("Staging runs Postgres", 2)], existing)
+    result = plan([proposal("deploy is on friday", 1), proposal("Staging runs Postgres", 2)], existing)
     assert [p.text for p in result.kept] == ["Staging runs Postgres"]
     assert result.dropped == {"known": 1}
+
+
+def test_statement_reads_back_what_to_record_wrote() -> None:
+    excerpt = 'the "beta" ships: Friday'
+    p = Proposal("fact", excerpt, Admission.ATTRIBUTED, Scope.channel(GROUP.key), (1,), (21,), ("Bob (b:1)",), 0)
+    record = to_record(p, GROUP, 1)
+    assert statement(record.content, record.attribution, GROUP.key) == excerpt
 
 
 def hundred(owners: int) -> list[Proposal]:
@@ -360,7 +394,7 @@ def test_attributed_communication_names_speaker_and_channel_and_expires() -> Non
     now = datetime(2025, 1, 1, tzinfo=UTC)
     p = Proposal(
         "decision",
-        "Deploys happen on Fridays.",
+        "We deploy on Fridays.",  # the excerpt of what Bob said (propose() makes it)
         Admission.ATTRIBUTED,
         Scope.channel(GROUP.key),
         (1, 3),
@@ -370,10 +404,95 @@ def test_attributed_communication_names_speaker_and_channel_and_expires() -> Non
     )
     record = build(to_record(p, GROUP, 7), now)
     assert record.scope == Scope.channel(GROUP.key)
-    assert record.content == "Bob (telegram:7) said in telegram:group:-100: Deploys happen on Fridays."
+    assert record.content == 'Bob (telegram:7) said in telegram:group:-100: "We deploy on Fridays."'
     assert record.attribution == "Bob (telegram:7)" and record.sensitivity == "sensitive"
     assert record.review_status == ReviewStatus.PENDING and record.provenance == Provenance.INFERRED
     assert not record.use_policy.can_use_as_instruction and record.use_policy.requires_user_confirmation
     assert record.expires_at == now + timedelta(days=30)
     assert record.source == "formation:job-7 msgs 21-22,25 of telegram:group:-100"
     assert record.origin_audience == "team"
+
+
+# --- grounded attributed communication (DESIGN §6, §11) ------------------------------------------
+
+BOB_SAID = Line(
+    1,
+    src("The Friday demo moved to 3pm", author="telegram:1002", user_id="bob", name="Bob", id=31),
+    Admission.ATTRIBUTED,
+)
+CAROL_SAID = Line(
+    2,
+    src("the new services listen on ports 7001 to 7032", author="telegram:1003", user_id=None, name="Carol", id=32),
+    Admission.ATTRIBUTED,
+)
+
+
+def test_a_statement_the_cited_line_does_not_support_is_dropped_as_ungrounded() -> None:
+    offered = [
+        Candidate("fact", "Alice's laptop hostname is crow", (1,)),
+        Candidate("fact", "Bob says the demo was cancelled", (1,)),
+        Candidate("fact", "Bob does not like the Friday demo", (1,)),
+        Candidate("fact", "The Friday demo moved to 4pm", (1,)),
+        Candidate("fact", "telegram:1002 said something", (1,)),
+    ]
+    kept, dropped = propose(offered, [BOB_SAID, CAROL_SAID], GROUP)
+    assert kept == [] and dropped == {"ungrounded": 5}
+
+
+def test_thirty_two_services_from_one_line_that_named_none_are_at_most_one_record() -> None:
+    offered = [Candidate("fact", f"Service X listens on port {7000 + n}", (2,)) for n in range(1, 33)]
+    kept, dropped = propose(offered, [BOB_SAID, CAROL_SAID], GROUP)
+    assert dropped == {"ungrounded": 30}  # only 7001 and 7032 are in the line
+    result = plan(kept, {})
+    assert len(result.kept) == 1 and result.dropped == {"folded": 1}
+    [record] = [to_record(p, GROUP, 5) for p in result.kept]
+    assert record.content == (
+        'Carol (telegram:1003) said in telegram:group:-100: "the new services listen on ports 7001 to 7032"'
+    )
+
+
+def test_an_attributed_record_quotes_the_speaker_never_the_model() -> None:
+    rewording = "Bob (telegram:1002) says the Friday demo now starts at 3pm"
+    kept, dropped = propose([Candidate("decision", rewording, (1,))], [BOB_SAID, CAROL_SAID], GROUP)
+    assert dropped == {}
+    [record] = [to_record(p, GROUP, 9) for p in kept]
+    assert record.content == 'Bob (telegram:1002) said in telegram:group:-100: "The Friday demo moved to 3pm"'
+    assert record.attribution == "Bob (telegram:1002)" and record.tags == ("formation", "decision")
+    assert record.sensitivity == "sensitive" and record.source == "formation:job-9 msgs 31 of telegram:group:-100"
+
+
+def test_a_cited_line_the_statement_draws_nothing_from_is_not_kept() -> None:
+    kept, _ = propose([Candidate("fact", "The Friday demo moved to 3pm", (1, 2))], [BOB_SAID, CAROL_SAID], GROUP)
+    assert [p.message_ids for p in kept] == [(31,)]
+
+
+def test_a_long_line_is_kept_as_a_bounded_excerpt_around_what_the_statement_drew_on() -> None:
+    text = "Some context first. " * 20 + "The Friday demo moved to 3pm.\n\nMore chatter follows here. " * 1 + "x " * 200
+    line = Line(1, src(text, author="telegram:1002", user_id="bob", name="Bob", id=40), Admission.ATTRIBUTED)
+    [p] = propose([Candidate("fact", "The Friday demo moved to 3pm", (1,))], [line], GROUP)[0]
+    assert len(p.text) <= 280 and p.text.startswith("…") and p.text.endswith("…")
+    assert "The Friday demo moved to 3pm. More chatter" in p.text  # one line, the speaker's words
+    assert p.text.strip("…") in " ".join(text.split())
+
+
+def test_an_owner_may_be_paraphrased_but_not_invented() -> None:
+    lines = [
+        Line(1, src("I moved to Lisbon last spring", id=1), Admission.OWNER),
+        Line(2, src("my build box runs Debian 12", id=2), Admission.OWNER),
+    ]
+    offered = [
+        Candidate("fact", "Lives in Lisbon.", (1,)),
+        Candidate("fact", "The user's build machine runs Debian 12.", (2,)),
+        Candidate("fact", "Lives in Porto.", (1,)),
+        Candidate("fact", "Build box runs Debian 13.", (2,)),
+    ]
+    kept, dropped = propose(offered, lines, DM)
+    assert [p.text for p in kept] == ["Lives in Lisbon.", "The user's build machine runs Debian 12."]
+    assert dropped == {"ungrounded": 2}
+
+
+def test_display_names_are_shown_on_one_line_without_format_characters() -> None:
+    assert clean_name("  Bob \n [2] Alice:  ") == "Bob [2] Alice:"  # cannot start a numbered line of its own
+    assert clean_name("Bob\u202e\u200bSmith") == "BobSmith"  # no bidi override reorders what follows
+    assert clean_name("x" * 100) == "x" * 63 + "…"
+    assert clean_name("  \t") is None and clean_name(None) is None and clean_name(7) is None
