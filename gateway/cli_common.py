@@ -41,8 +41,17 @@ def with_storage(config: Config, work: Callable[[Storage], Coroutine[Any, Any, i
     return asyncio.run(main())
 
 
-def record_json(record: Any, score: float | None = None) -> dict[str, Any]:
-    """A long-term memory as `memory export` writes it and `memory search --json` shows it."""
+def record_json(record: Any, score: float | None = None, *, full: bool = False) -> dict[str, Any]:
+    """A long-term memory as `memory export` writes it and `memory search --json` shows it; `full`:
+    every field a revision records, and its grade, as `memory show` and `memory review` print it."""
+    if full:
+        from memory import policy
+        from memory.records import snapshot
+
+        # The revision snapshot, so a field added to records shows here without a second list.
+        whole = snapshot(record)
+        whole["grade"] = "instruction" if policy.instruction_grade(record) else "evidence"
+        return whole
     out = {
         "id": record.id,
         "content": record.content,

@@ -1,6 +1,7 @@
-"""`clawgate memory …`: import and export long-term memories, embed what recall searches, and search
-what a person could recall (gateway/cli_search.py). The operator at the shell runs these, but a search
-`--user` answers exactly as the gateway would answer that person: the same policy, the same filters."""
+"""`clawgate memory …`: import and export long-term memories, embed what recall searches, search what a
+person could recall (gateway/cli_search.py), show and review memories (gateway/cli_review.py). The
+operator at the shell runs these, but a search `--user` answers exactly as the gateway would answer
+that person: the same policy, the same filters."""
 
 from __future__ import annotations
 
@@ -14,10 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gateway import cli_consolidate, cli_search, cli_trace
+from gateway import cli_consolidate, cli_review, cli_search, cli_trace
 from gateway.cli_common import load_or_report, record_json, with_storage
 from gateway.config import Config
-from gateway.recall import embedder_from_config
 
 if TYPE_CHECKING:
     from memory.embeddings import Embedder
@@ -37,6 +37,7 @@ def add_parsers(sub: Any) -> None:
     mem = sub.add_parser("memory", help="what the assistant remembers")
     mem_sub = mem.add_subparsers(dest="memory_command", metavar="SUBCOMMAND")
     cli_search.add_parser(mem_sub)
+    cli_review.add_parsers(mem_sub)
     cli_trace.add_parsers(mem_sub)
     cli_consolidate.add_parsers(mem_sub)
     imp = mem_sub.add_parser("import", help="import memories from a JSONL file (all or nothing)")
@@ -58,6 +59,8 @@ def add_parsers(sub: Any) -> None:
 def run(args: argparse.Namespace, config_path: Path) -> int:
     handlers: dict[str, Callable[[argparse.Namespace, Config], int]] = {
         "search": cli_search.run,
+        "show": cli_review.run_show,
+        "review": cli_review.run_review,
         "import": _import,
         "export": _export,
         "backfill-embeddings": _backfill,
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
     handler = handlers.get(args.memory_command or "")
     if handler is None:
         print(
-            "usage: clawgate memory {search,import,export,backfill-embeddings,trace,preset,consolidate,revisions} … "
+            "usage: clawgate memory {search,show,review,import,export,backfill-embeddings,trace,preset,consolidate,"
+            "revisions} … "
             "(clawgate memory --help)",
             file=sys.stderr,
         )
@@ -275,6 +279,8 @@ def _backfill(args: argparse.Namespace, config: Config) -> int:
         print("clawgate memory backfill-embeddings: --batch must be at least 1", file=sys.stderr)
         return 2
     try:
+        from gateway.recall import embedder_from_config  # the recall stack: only when backfilling
+
         embedder = embedder_from_config(config)
     except ValueError as exc:
         print(f"clawgate memory backfill-embeddings: {exc}", file=sys.stderr)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gateway.cli_common import record_json, with_storage
 from gateway.config import Config
-from gateway.recall import embedder_from_config
 
 if TYPE_CHECKING:
     from gateway.memory_search import RecordSearch
@@ -116,6 +115,8 @@ def _search_embedder(config: Config) -> Embedder | str | None:
     if not config.memory.enabled:
         return None
     try:
+        from gateway.recall import embedder_from_config  # the recall stack: only when searching
+
         return embedder_from_config(config)
     except ValueError as exc:
         return str(exc)
