@@ -24,7 +24,7 @@ browser:
 test: setup browser
 	$(VENV)/bin/ruff check gateway channels memory tests benchmarks
 	$(VENV)/bin/mypy gateway memory channels
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 lint: setup
 	$(VENV)/bin/ruff check gateway channels memory tests benchmarks

@@ -38,6 +38,7 @@ LEASE = timedelta(minutes=5)
 DEFAULT_WORKERS = 1
 IDLE_POLL_SECONDS = 30.0  # at most this long between looks at the queue (a job queued elsewhere)
 MIN_WAIT_SECONDS = 0.05
+IDLE_RECHECK_SECONDS = 0.05  # idle(): how soon the workers are asked again while a lease still runs
 
 
 class JobFailed(Exception):
@@ -109,7 +110,11 @@ class JobRunner:
                 await asyncio.sleep(0)  # let a worker that was just woken claim first
                 if self._settled.is_set() and (await self.store.counts())[RUNNING] == 0:
                     return
-                self._settled.clear()  # a lease still runs: the workers look again when it ends
+                # A lease still runs, or a worker finished while the counts were read (and set the
+                # event this clears): ask the workers again shortly instead of waiting for their poll.
+                self._settled.clear()
+                await asyncio.sleep(IDLE_RECHECK_SECONDS)
+                self._wake.set()
 
     async def run_once(self) -> Job | None:
         """Claim and run one due job in this task (the CLI's `--now`, tests); the job, or None."""
@@ -144,8 +149,12 @@ class JobRunner:
         if due is not None:
             wait = min(wait, max(MIN_WAIT_SECONDS, (due - utcnow()).total_seconds()))
         self._wake.clear()
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns normally when the event is
+        # set as the task is cancelled, losing the cancellation, and stop() then waits for a worker
+        # that goes on claiming jobs (seen under load: a gateway that never stopped).
         try:
-            await asyncio.wait_for(self._wake.wait(), wait)
+            async with asyncio.timeout(wait):
+                await self._wake.wait()
         except TimeoutError:
             pass
 

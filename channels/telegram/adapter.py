@@ -408,8 +408,9 @@ class TelegramAdapter:
             except (TelegramError, DeliveryError) as exc:
                 # Typing is cosmetic: never fail a turn over it.
                 event(log, "telegram_typing_failed", logging.DEBUG, channel=self.name, error=type(exc).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), self.typing_interval)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for may lose a cancel on 3.11
+                async with asyncio.timeout(self.typing_interval):
+                    await done.wait()
 
 
 def _chat_id(chat_id: str) -> int | str:
