@@ -105,7 +105,7 @@ class Gateway:
         setup_logging(self.config.logging.level, secrets)
         for path, why in self.config.unread_keys():
             event(log, "config_key_ignored", logging.WARNING, key=path, why=why)
-        storage = self.storage = await Storage.open(self.config.storage.resolved_database_url)
+        storage = self.storage = await Storage.open(self.config.storage.resolved_database_url, secrets)
         await storage.identities.sync_declared(self.declared_users(self.config))
 
         web_cfgs = self.config.web_channels()
@@ -130,7 +130,7 @@ class Gateway:
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, secrets, self.daily_index)
         memory = MemoryService(self.config, storage.records, secrets)
         embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
-        self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder)
+        self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder, secrets)
         memory.on_change = self.session_memory.on_change = self.recall.wake
         # Memory formation (issue 7): SessionMemory queues one job per archived range, the runner runs it.
         self.formation = Formation(self.config, storage, self.llm, self.session_memory, self.jobs, secrets)
@@ -155,6 +155,7 @@ class Gateway:
         engine = TurnEngine(self.config, self.llm, ToolRegistry(tools, PresetStore(storage.db, secrets)))
         core = CoreFiles(daily)
         self.traces = TraceRecorder(TraceStore(storage.db), secrets)
+        self.formation.traces = self.traces.store
         self.router = Router(
             self.config,
             storage,

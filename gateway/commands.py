@@ -221,7 +221,7 @@ COMMANDS: dict[str, Command] = {
         Command("archive", "search the older messages of your conversations: /archive WORDS", _archive, _memory_on),
         Command(
             "remember",
-            "keep something in memory: /remember TEXT (--channel, --global)",
+            "keep something in memory: /remember TEXT (--channel, --project, --global)",
             memory_commands.remember,
             _memory_on,
         ),

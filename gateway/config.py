@@ -7,6 +7,7 @@ are checked in `Config.check_semantics` so that every problem is reported togeth
 from __future__ import annotations
 
 import builtins
+import fnmatch
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
@@ -278,8 +279,12 @@ class RecallConfig(_Strict):
     vector_weight: Annotated[float, Field(ge=0, le=1)] = 0.7
     lexical_weight: Annotated[float, Field(ge=0, le=1)] = 0.3
     recency_half_life_days: Annotated[float, Field(gt=0)] = 30.0
-    # The absolute cosine floor; null: the active model's calibrated value from its manifest.
+    # The absolute cosine floor; null: the active model's calibrated value from its manifest (a model
+    # without one is searched by keywords only, logged as memory_recall_vector_degraded).
     min_cosine_similarity: Annotated[float, Field(ge=-1, le=1)] | None = None
+    # The fused score unconfirmed evidence needs to be put into a prompt on its own (a strong match);
+    # null: the calibrated value (the model's manifest, or keyword recall's own).
+    evidence_min_score: Annotated[float, Field(ge=0, le=10)] | None = None
     max_chars: Annotated[int, Field(ge=0)] = 4_000  # recalled text per turn
     limit: Annotated[int, Field(ge=1, le=50)] = 8
     # Over this, the query embedding is abandoned for the turn and recall is lexical only.
@@ -345,6 +350,20 @@ class MemoryConfig(_Strict):
         return self.auto_flush_tokens
 
 
+class ProjectConfig(_Strict):
+    """Where a project's memory belongs (`project:<name>`): recalled only in these conversations,
+    and what formation learns there goes to the project."""
+
+    # Conversation keys as logs name them (session=…), e.g. slack:group:C0123 or telegram:group:-100123;
+    # a key covers its threads and topics too; * and ? match any characters (slack:group:C01*).
+    conversations: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    # Channel names from `channels:`: every group conversation on them.
+    channels: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
+ProjectName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
 class LoggingConfig(_Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -363,6 +382,7 @@ class Config(_Strict):
     users: dict[str, UserConfig] = Field(default_factory=dict)
     session: SessionConfig = Field(default_factory=SessionConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    projects: dict[ProjectName, ProjectConfig] = Field(default_factory=dict)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     timezone: str = "UTC"
@@ -401,6 +421,13 @@ class Config(_Strict):
                 if raw in seen_tokens:
                     problems.append((f"users.{uid}.tokens[{j}]", tok, f"same token as user {seen_tokens[raw]!r}"))
                 seen_tokens[raw] = uid
+        for project, bound in self.projects.items():
+            for j, channel in enumerate(bound.channels):
+                if channel not in self.channels:
+                    known = ", ".join(sorted(self.channels)) or "none"
+                    problems.append((f"projects.{project}.channels[{j}]", channel, f"no such channel (known: {known})"))
+            if not bound.conversations and not bound.channels:
+                problems.append((f"projects.{project}", {}, "binds no conversation: list conversations or channels"))
         for name, ch in self.channels.items():
             if isinstance(ch, TelegramChannelConfig) and ch.mode == "webhook" and ch.webhook_secret is None:
                 problems.append(
@@ -450,6 +477,12 @@ class Config(_Strict):
         """Identities the operator assigned to users here (trusted on every platform)."""
         return frozenset(i for u in self.users.values() for i in u.identities)
 
+    def projects_of(self, conversation: str | None) -> tuple[str, ...]:
+        """The projects `conversation` (a session key) is bound to, by name."""
+        if conversation is None or not self.projects:
+            return ()
+        return tuple(name for name, bound in self.projects.items() if _binds(bound, conversation))
+
     def agent(self, name: str | None) -> AgentConfig | None:
         if name in (None, "", "default"):
             return self.agents.list[0]
@@ -457,3 +490,17 @@ class Config(_Strict):
 
     def web_channels(self) -> dict[str, WebChannelConfig]:
         return {n: c for n, c in self.channels.items() if isinstance(c, WebChannelConfig) and c.enabled}
+
+
+def _binds(bound: ProjectConfig, conversation: str) -> bool:
+    """Is `conversation` (`<channel>:<kind>:<chat>[:<thread>]`) one of `bound`'s? A listed key covers
+    its threads; a channel covers its group conversations (a DM is one person's, never a project's)."""
+    channel, _, rest = conversation.partition(":")
+    if channel in bound.channels and not rest.startswith("dm:"):
+        return True
+    for pattern in bound.conversations:
+        if conversation == pattern or conversation.startswith(pattern + ":"):
+            return True
+        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(conversation, pattern):
+            return True
+    return False

@@ -123,7 +123,12 @@ class Consolidator:
 
     # -- what would move ---------------------------------------------------------------------------
 
-    async def plan(self, *, lookback_days: int | None = None, now: datetime | None = None) -> Plan:
+    async def plan(
+        self, *, lookback_days: int | None = None, now: datetime | None = None, owner: str | None = None
+    ) -> Plan:
+        """What would move. With `owner` (a person runs it, through the memory_consolidate tool) only
+        global memory and that person's own are looked at: other people's personal memory is
+        consolidated by the operator's CLI alone (DESIGN §8)."""
         days = self.config.memory.consolidate_after_days if lookback_days is None else lookback_days
         if days < 0:
             raise ValueError("the lookback must be 0 days or more")
@@ -135,7 +140,10 @@ class Consolidator:
         )
         plan = Plan(days, now, cutoff, cutoff_day, [], {}, {}, 0, len(found) > MAX_RECORDS)
         targets: dict[Path, Target] = {}
+        mine = {"global", f"personal:{owner}"} if owner is not None else None
         for record in found[:MAX_RECORDS]:
+            if mine is not None and str(record.scope) not in mine:
+                continue  # someone else's: not this person's to consolidate, nor to be told about
             reason = rules.skip_reason(record, now)
             if reason is not None:
                 plan.skipped_records[reason] = plan.skipped_records.get(reason, 0) + 1
@@ -147,6 +155,8 @@ class Consolidator:
         for daily in old:
             if daily.scope is None:
                 plan.skipped_files["owner_unknown"] = plan.skipped_files.get("owner_unknown", 0) + 1
+                continue
+            if mine is not None and daily.scope not in mine and not daily.scope.startswith("channel:"):
                 continue
             if daily.scope.startswith("channel:"):
                 plan.channel_files += 1
@@ -322,7 +332,10 @@ class Consolidator:
         its own marker in the Memory.md files it already wrote."""
         now = datetime.fromisoformat(str(job.payload["now"]))
         days = job.payload.get("lookback_days")
-        plan = await self.plan(lookback_days=None if days is None else int(days), now=now)
+        owner = job.payload.get("owner")
+        plan = await self.plan(
+            lookback_days=None if days is None else int(days), now=now, owner=None if owner is None else str(owner)
+        )
         try:
             report = await self.run(plan, run_id=f"job-{job.id}")
         except ConsolidationRefused as exc:
@@ -345,8 +358,14 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def queue_consolidation(jobs: Any, lookback_days: int | None, now: datetime | None = None) -> int | None:
-    """Queue a `consolidate` job (JobRunner.enqueue) with its time fixed now; its id."""
-    payload = {"now": (now or utcnow()).isoformat(), "lookback_days": lookback_days}
+async def queue_consolidation(
+    jobs: Any, lookback_days: int | None, now: datetime | None = None, owner: str | None = None
+) -> int | None:
+    """Queue a `consolidate` job (JobRunner.enqueue) with its time fixed now; its id. `owner`: a
+    person's run (global memory and theirs only, see Consolidator.plan); None: the operator's."""
+    payload: dict[str, Any] = {"now": (now or utcnow()).isoformat(), "lookback_days": lookback_days}
+    if owner is not None:
+        payload["owner"] = owner
+    # One key for every run, so that runs (which may all rewrite the global Memory.md) go one at a time.
     job_id: int | None = await jobs.enqueue(CONSOLIDATE_JOB, CONSOLIDATE_KEY, payload)
     return job_id

@@ -22,7 +22,8 @@ REDACTED = "[redacted]"
 
 
 def _fmt_value(value: Any) -> str:
-    text = f"{value:.1f}" if isinstance(value, float) else str(value)
+    # Floats keep their precision (floor=0.22), rounded only past what any reader needs.
+    text = str(round(value, 4)) if isinstance(value, float) else str(value)
     if text == "" or any(c in text for c in ' ="\n'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text

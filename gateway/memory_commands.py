@@ -30,11 +30,14 @@ def _who(ctx: CommandContext) -> tuple[MemoryService, Actor, Where]:
 async def remember(ctx: CommandContext, args: str) -> str:
     flag = None
     words = args.split()
-    if words and words[0] in ("--global", "--channel"):
+    if words and words[0] in ("--global", "--channel", "--project"):
         flag = words[0][2:]
         args = args.split(None, 1)[1] if len(words) > 1 else ""
     if not args.strip():
-        return "Usage: /remember TEXT (your own memory), /remember --channel TEXT (this group), /remember --global TEXT"
+        return (
+            "Usage: /remember TEXT (your own memory), /remember --channel TEXT (this group), "
+            "/remember --project TEXT (this group's project), /remember --global TEXT"
+        )
     svc, actor, where = _who(ctx)
     try:
         record = await svc.remember(actor, where, args, flag=flag, source=ctx.event.event_id)
@@ -70,7 +73,9 @@ async def memory(ctx: CommandContext, args: str) -> str:
         return "\n".join(describe(f.record) for f in found)
     if verb == "show" and rest:
         record = await svc.get(actor, where, rest.split()[0])
-        return describe(record, long=True) if record else f"No memory {rest.split()[0]} that you can see."
+        if record is None:
+            return f"No memory {rest.split()[0]} that you can see."
+        return describe(record, long=True, target=await svc.target_of(actor, where, record))
     if verb == "list":
         records = await svc.listing(actor, where)
         return "\n".join(describe(r) for r in records) if records else "No memories here yet."
@@ -78,9 +83,8 @@ async def memory(ctx: CommandContext, args: str) -> str:
         records = await svc.pending(actor, where)
         if not records:
             return "Nothing waits for your review."
-        return "Waiting for review (/memory confirm|edit|evidence|reject ID):\n" + "\n".join(
-            describe(r) for r in records
-        )
+        shown = [describe(r, target=await svc.target_of(actor, where, r)) for r in records]
+        return "Waiting for review (/memory confirm|edit|evidence|reject ID):\n" + "\n".join(shown)
     if verb in REVIEW_ACTIONS and rest:
         record_id, _, arg = rest.partition(" ")
         try:

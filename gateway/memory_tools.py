@@ -11,7 +11,7 @@ from gateway.commands import archive_scope
 from gateway.consolidation import Consolidator, queue_consolidation, summary
 from gateway.jobs import JobRunner
 from gateway.logs import event
-from gateway.memory_service import MemoryRefused, MemoryService
+from gateway.memory_service import MemoryRefused, MemoryService, agent_author
 from gateway.tools import Tool, ToolContext
 from memory.archive import ArchiveStore
 from memory.model import MemoryRecord, Scope
@@ -98,6 +98,7 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         if not query:
             return _json({"error": "query is required"})
         found = await service.search(actor, where, query, limit=_limit(args.get("limit"), 5, 20))
+        ctx.looked_up("find_memories", query, [f.record.id for f in found])
         return _json({"memories": [dict(_brief(f.record), score=round(f.score, 3)) for f in found]})
 
     async def get(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -106,12 +107,14 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         if not isinstance(ids, list) or not ids:
             return _json({"error": "ids must be a non-empty list of memory ids, copied verbatim"})
         out, missing = [], []
-        for rid in [str(i) for i in ids[:20]]:
+        asked = [str(i) for i in ids[:20]]
+        for rid in asked:
             record = await service.get(actor, where, rid)
             if record is None:
                 missing.append(rid)
             else:
                 out.append(_brief(record))
+        ctx.looked_up("get_memories", "", [m["id"] for m in out], asked)
         return _json({"memories": out, "not_found": missing})
 
     async def store(ctx: ToolContext, args: dict[str, Any]) -> str:
@@ -121,27 +124,38 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         narrow = args.get("scope") == "personal"
         scope = Scope.personal(ctx.user_id) if narrow or where.audience != "team" else Scope.channel(ctx.session_key)
         try:
-            record = await service.remember(actor, where, content, scope=scope)
+            record = await service.remember(actor, where, content, scope=scope, author=agent_author(ctx.agent))
         except MemoryRefused as exc:
             return _json({"error": f"not stored: {exc}"})
         ctx.wrote(record.id, "stored")
-        return _json({"stored": _brief(record), "note": "stored as evidence: the person may confirm it"})
+        return _json(
+            {"stored": _brief(record), "note": "stored as evidence, in the person's review queue: they may confirm it"}
+        )
 
     async def update(ctx: ToolContext, args: dict[str, Any]) -> str:
         actor, where = _actor_where(service, ctx)
-        rid = str(args.get("id") or "")
+        rid = str(args.get("id") or "").strip()
+        action = "forget" if args.get("delete") is True else "supersede" if args.get("supersede") is True else "edit"
         try:
-            if args.get("delete") is True:
-                record = await service.forget(actor, where, rid)
-                ctx.wrote(record.id, "forgotten")
-                return _json({"forgotten": record.id})
-            content = str(args.get("content") or "")
-            action = "supersede" if args.get("supersede") is True else "edit"
-            record = await service.review(actor, where, action, rid, content)
+            done, record = await service.change_by_model(
+                actor, where, action, rid, str(args.get("content") or ""), author=agent_author(ctx.agent)
+            )
         except MemoryRefused as exc:
             return _json({"error": f"not changed: {exc}"})
-        if action == "supersede":  # review() answers with the replacement
-            ctx.wrote(rid.strip(), "superseded")
+        if done == "proposed":
+            ctx.wrote(record.id, "proposed")
+            return _json(
+                {
+                    "proposed": record.id,
+                    "note": "not changed: a person wrote, confirmed or shares this memory, so the change waits "
+                    "for their review (/memory review); tell them",
+                }
+            )
+        if done == "forgotten":
+            ctx.wrote(record.id, "forgotten")
+            return _json({"forgotten": record.id})
+        if done == "superseded":  # the answer is the replacement
+            ctx.wrote(rid, "superseded")
             ctx.wrote(record.id, "stored")
         else:
             ctx.wrote(record.id, "edited")
@@ -188,7 +202,8 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         Tool(
             "update_memory",
             "Correct (content), replace (supersede: true, with the new content) or delete (delete: true) a "
-            "memory by id, when the person asks.",
+            "memory by id, when the person asks. What a person wrote or confirmed, and shared memory, is not "
+            "changed: the change is proposed for their review instead.",
             {
                 "type": "object",
                 "properties": {
@@ -226,12 +241,13 @@ def consolidate_tool(consolidator: Consolidator, jobs: JobRunner) -> Tool:
         days = args.get("lookback_days")
         if days is not None and (not isinstance(days, int) or isinstance(days, bool) or days < 0):
             return _json({"error": "lookback_days must be a whole number of days, 0 or more"})
-        plan = await consolidator.plan(lookback_days=days)
+        # A person's run covers global memory and their own, never other people's (DESIGN §8).
+        plan = await consolidator.plan(lookback_days=days, owner=ctx.user_id)
         report = consolidator.report(plan, dry_run=True)
         shown = report if ctx.audience == "personal" else summary(report)
         if args.get("dry_run", True) is not False:
             return _json({"dry_run": True, "would_move": shown})
-        job_id = await queue_consolidation(jobs, days, now=plan.now)
+        job_id = await queue_consolidation(jobs, days, now=plan.now, owner=ctx.user_id)
         return _json(
             {
                 "queued_job": job_id,
@@ -242,7 +258,8 @@ def consolidate_tool(consolidator: Consolidator, jobs: JobRunner) -> Tool:
 
     return Tool(
         "memory_consolidate",
-        "Administrators only: move old global and personal memories and daily notes into Memory.md "
+        "Administrators only: move old global memories and the administrator's own, and their daily notes, into "
+        "Memory.md "
         "(records are forgotten, daily files archived). Run with dry_run first and show what would move; "
         "run for real (dry_run false) only when the administrator asks for it.",
         {

@@ -14,11 +14,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.context import Section
 from gateway.logs import event
-from memory.model import ReviewStatus
+from memory import policy
+from memory.policy import (
+    HELD_DISPUTED,
+    HELD_NOT_AUTOMATIC,
+    HELD_PROPOSAL,
+    HELD_REJECTED,
+    HELD_SUPERSEDED,
+    HELD_UNUSABLE,
+)
+from memory.recall import CONFLICTING, NOTICE, SCREENED, WEAK_EVIDENCE
 from memory.redact import redact
 from memory.traces import (
     BEYOND_LIMIT,
@@ -26,6 +36,8 @@ from memory.traces import (
     INJECTED,
     NEAR_REPEAT,
     OVER_BUDGET,
+    POLICY,
+    Lookup,
     TraceItem,
     TraceStore,
     TraceView,
@@ -44,6 +56,20 @@ LABELS = {
     OVER_BUDGET: "over the memory budget",
     NEAR_REPEAT: "near repeat",
     CONTEXT_BUDGET: "dropped by the context budget",
+    HELD_SUPERSEDED: "superseded, never injected",
+    HELD_DISPUTED: "disputed, never injected",
+    HELD_REJECTED: "rejected in review",
+    HELD_PROPOSAL: "a proposed change waiting for review",
+    HELD_NOT_AUTOMATIC: "its policy says not to inject it automatically",
+    HELD_UNUSABLE: "usable neither as instruction nor as evidence",
+    WEAK_EVIDENCE: "evidence under the strong-match floor",
+    CONFLICTING: "disagrees with a confirmed memory that did not fit",
+    NOTICE: "a gateway notice",
+    SCREENED + "secret": "screened out: holds a secret",
+    SCREENED + "injection": "screened out: reads like an instruction to the assistant",
+    SCREENED + "personal_data": "screened out: holds someone's contact details",
+    SCREENED + "malformed": "screened out: malformed",
+    POLICY: "left out by the read policy",
 }
 CHANGE_WORDS = {
     "confirm": "confirmed",
@@ -81,10 +107,10 @@ def build_items(turn: TurnMemory, kept: Sequence[Section]) -> list[TraceItem]:
             if section is None or not _in(section, line):
                 reason = CONTEXT_BUDGET
         record = turn.records.get(c.id) if c.kind == "record" else None
-        pending = record is not None and (
-            record.use_policy.requires_user_confirmation or record.review_status == ReviewStatus.PENDING
-        )
+        pending = record is not None and policy.needs_confirmation(record)
         items.append(TraceItem(c.kind, c.id, round(scored.score, 4), reason == INJECTED, reason, pending))
+    # Found in the person's own scopes, turned away by the read policy before ranking (rejected, say).
+    items += [TraceItem("record", rid, 0.0, False, POLICY, detail=why) for rid, why in turn.refused.items()]
     return items
 
 
@@ -109,22 +135,26 @@ class TraceRecorder:
         query: str,
         audience: str,
         public_person: bool = False,
+        lookups: Sequence[Lookup] = (),
     ) -> bool:
         """Trace a finished turn in the background; whether it was memory-backed (and is traced).
-        `kept`: the memory sections as the prompt carried them. Never raises: the reply is already
-        out, a trace must not turn it into an apology."""
+        `kept`: the memory sections as the prompt carried them; `lookups`: the model's own memory
+        searches. Never raises: the reply is already out, a trace must not turn it into an apology."""
         if audience == "public" or public_person:
             return False
         try:
-            items = build_items(turn, kept) if turn is not None and turn.ranked else []
+            items = build_items(turn, kept) if turn is not None and (turn.ranked or turn.refused) else []
             done = [Written(rid, action) for rid, action in dict.fromkeys(written)]
-            if not items and not done:
+            if not items and not done and not lookups:
                 return False
             query = redact(query, self._secrets)
+            looked = [replace(x, query=redact(x.query, self._secrets)) for x in lookups]
         except Exception as exc:
             event(log, "recall_trace_failed", logging.WARNING, session=session_key, error=type(exc).__name__)
             return False
-        task = asyncio.get_running_loop().create_task(self._write(session_key, user_id, event_id, query, items, done))
+        task = asyncio.get_running_loop().create_task(
+            self._write(session_key, user_id, event_id, query, items, done, looked)
+        )
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return True
@@ -137,10 +167,11 @@ class TraceRecorder:
         query: str,
         items: list[TraceItem],
         written: list[Written],
+        lookups: list[Lookup],
     ) -> None:
         try:
             async with self._writing:
-                await self.store.add(session_key, user_id, event_id, query, items, written)
+                await self.store.add(session_key, user_id, event_id, query, items, written, lookups=lookups)
         except Exception as exc:  # the reply is out; the trace is lost, and said so
             event(log, "recall_trace_failed", logging.WARNING, session=session_key, error=type(exc).__name__)
             return
@@ -171,7 +202,8 @@ def _used_detail(item: TraceItem) -> str:
 
 
 def _ignored_detail(item: TraceItem) -> str:
-    return LABELS.get(item.reason, item.reason) + (", needs confirmation" if item.needs_confirmation else "")
+    label = LABELS.get(item.reason, item.reason) + (f": {item.detail}" if item.detail else "")
+    return label + (", needs confirmation" if item.needs_confirmation else "")
 
 
 def render(views: Sequence[TraceView], *, operator: bool = False) -> str:
@@ -190,6 +222,11 @@ def render(views: Sequence[TraceView], *, operator: bool = False) -> str:
             lines.append("  used: " + _listed(used, _used_detail))
         if ignored:
             lines.append("  ignored: " + _listed(ignored, _ignored_detail))
+        for lookup in t.lookups:
+            asked = repr(lookup.query) if lookup.tool == "find_memories" else ", ".join(lookup.asked)
+            found = ", ".join(lookup.found[:SHOWN_PER_LIST]) or "nothing"
+            more = len(lookup.found) - SHOWN_PER_LIST
+            lines.append(f"  the model ran {lookup.tool} {asked}: {found}" + (f", +{more} more" if more > 0 else ""))
         if t.written:
             lines.append("  wrote: " + ", ".join(f"{w.id} ({w.action})" for w in t.written))
         if view.changes:
@@ -214,6 +251,7 @@ def trace_json(view: TraceView) -> dict[str, Any]:
         "created_at": t.created_at.isoformat(),
         "items": [i.to_json() for i in t.items],
         "written": [{"id": w.id, "action": w.action} for w in t.written],
+        "lookups": [x.to_json() for x in t.lookups],
         "changes": [
             {
                 "record_id": c.record_id,

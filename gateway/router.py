@@ -185,7 +185,7 @@ class Router:
         found = await self.storage.journal.journaled(ev.event_id)
         if found is None:
             return None
-        if found[1].payload.get("text") != self._journaled(ev).get("text"):
+        if not self.storage.journal.matches(found[1], self._journaled(ev).get("text") or ""):
             raise KeyReused(ev.event_id)
         if found[0] == "received":
             if self.leases is None:
@@ -419,7 +419,12 @@ class Router:
         await self.session_memory.before_turn(system, state, [user_msg], target)
         prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
         ctx = ToolContext(
-            user_id=user.id, session_key=key, timezone=self.config.timezone, audience=audience, roles=user.roles
+            user_id=user.id,
+            session_key=key,
+            timezone=self.config.timezone,
+            audience=audience,
+            roles=user.roles,
+            agent=agent.name,
         )
         outcome = "ok"
         sent = None
@@ -460,6 +465,7 @@ class Router:
                 query=ev.text,
                 audience=audience,
                 public_person=user.has_role("public"),
+                lookups=ctx.lookups,
             )
         return outcome
 

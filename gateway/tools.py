@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from gateway.events import utcnow
 from gateway.logs import event
 from memory.presets import MAX_OFFERED, Preset
+from memory.traces import Lookup
 
 log = logging.getLogger("clawgate.tools")
 
@@ -32,11 +33,17 @@ class ToolContext:
     timezone: str
     audience: str = "personal"  # personal | team | public (memory tools are hidden in public)
     roles: tuple[str, ...] = ()  # the person's roles: memory tools act for them, with less trust
+    agent: str = ""  # the agent answering: what the model writes is authored by it, never by the person
     # Records the memory tools wrote during the turn, as (record id, action), for its recall trace.
     written: list[tuple[str, str]] = field(default_factory=list, compare=False)
+    # What the model looked up in memory during the turn, for its recall trace too.
+    lookups: list[Lookup] = field(default_factory=list, compare=False)
 
     def wrote(self, record_id: str, action: str) -> None:
         self.written.append((record_id, action))
+
+    def looked_up(self, tool: str, query: str, found: Sequence[str], asked: Sequence[str] = ()) -> None:
+        self.lookups.append(Lookup(tool, query, tuple(found), tuple(asked)))
 
 
 ToolFn = Callable[[ToolContext, dict[str, Any]], Awaitable[str]]

@@ -81,8 +81,10 @@ class ModelInfo:
     query_prefix: str = ""
     document_prefix: str = ""
     dim: int | None = None
-    min_cosine: float | None = None  # None: not calibrated (recall reports missing_calibration)
+    min_cosine: float | None = None  # None: not calibrated (recall goes lexical-only: missing_calibration)
     calibrated_on: str | None = None
+    # The fused score evidence needs to be injected on its own (memory.recall.resolve_evidence_floor).
+    evidence_min_score: float | None = None
 
 
 @runtime_checkable
@@ -114,6 +116,7 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, ModelInfo]:
     models: dict[str, ModelInfo] = {}
     for model_id, entry in raw.get("models", {}).items():
         min_cosine = entry.get("min_cosine")
+        evidence = entry.get("evidence_min_score")
         models[model_id] = ModelInfo(
             model_id=model_id,
             query_prefix=str(entry.get("query_prefix", "")),
@@ -121,6 +124,7 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, ModelInfo]:
             dim=None if entry.get("dim") is None else int(entry["dim"]),
             min_cosine=None if min_cosine is None else float(min_cosine),
             calibrated_on=entry.get("calibrated_on"),
+            evidence_min_score=None if evidence is None else float(evidence),
         )
     return models
 

@@ -18,7 +18,7 @@ writer through `memory.write_access.allowed_roles`, which is what lets an operat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from memory.model import (
@@ -35,6 +35,7 @@ from memory.model import (
 
 __all__ = [
     "ADMIN",
+    "OPERATOR",
     "PUBLIC",
     "SYSTEM",
     "USER",
@@ -49,8 +50,13 @@ __all__ = [
     "can_review",
     "can_write",
     "default_scope",
+    "held_back",
     "instruction_grade",
     "may_narrow",
+    "model_may_change",
+    "needs_confirmation",
+    "proposal_of",
+    "stale",
     "trust_defaults",
     "visible_scopes",
 ]
@@ -85,6 +91,16 @@ class Actor:
         """A public participant has no memory at all, whatever other role is listed with it."""
         return PUBLIC in self.roles
 
+    @property
+    def is_operator(self) -> bool:
+        """The operator at the shell (`clawgate memory …` without a user): whoever runs the CLI can
+        read the database itself, so hiding a record there protects nobody. Chat administrators are
+        not operators: through a conversation they never see another person's personal memory."""
+        return self.run == "cli" and self.user_id is None and ADMIN in self.roles
+
+
+OPERATOR = Actor(None, frozenset({ADMIN}), "cli")
+
 
 @dataclass(frozen=True, slots=True)
 class WriteAccess:
@@ -98,11 +114,18 @@ class WriteAccess:
 @dataclass(frozen=True, slots=True)
 class Where:
     """The conversation the request comes from: its audience, its session/conversation key (e.g.
-    `telegram:group:-100`; None outside any conversation, as on the CLI) and whether memory is on."""
+    `telegram:group:-100`; None outside any conversation, as on the CLI), whether memory is on, and
+    the projects the conversation is bound to in the config (`projects:`). Project memory is read
+    only where its project is bound; outside any conversation (the CLI, the console) every project
+    is in reach."""
 
     audience: Audience
     conversation: str | None = None
     memory_enabled: bool = True
+    projects: tuple[str, ...] = ()
+
+    def reaches(self, project: str | None) -> bool:
+        return self.conversation is None or project in self.projects
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +180,8 @@ def _scope_readable(actor: Actor, scope: Scope, where: Where) -> Decision:
     if scope.kind == ScopeKind.PERSONAL:
         if _owns(actor, scope):
             return _yes("it is your personal memory")
+        if actor.is_operator:
+            return _yes("the operator reviews every memory from the shell")
         return _no("a user never sees another user's personal memory")
     if scope.kind == ScopeKind.CHANNEL:
         if _in_conversation(scope, where):
@@ -165,7 +190,11 @@ def _scope_readable(actor: Actor, scope: Scope, where: Where) -> Decision:
             return _yes("administrators may read any conversation's memory to review it")
         return _no("a conversation's memory is read only inside that conversation")
     if scope.kind == ScopeKind.PROJECT:
-        return _yes("project memory is shared with every user")
+        if where.reaches(scope.name):
+            return _yes("project memory is shared in the conversations bound to its project")
+        if actor.is_admin:
+            return _yes("administrators may read any project's memory to review it")
+        return _no("project memory is read only in conversations bound to that project (projects: in the config)")
     return _yes("global memory is shared with every user")
 
 
@@ -194,6 +223,8 @@ def can_read(actor: Actor, record: MemoryRecord, where: Where, now: datetime, *,
             return _no("it was superseded; superseded memory is shown by id only")
         if record.review_status == ReviewStatus.REJECTED:
             return _no("it was rejected in review")
+        if is_proposal(record):
+            return _no("it is a proposed change waiting in the review queue; open it by its id")
     scope = _scope_readable(actor, record.scope, where)
     if not scope:
         return scope
@@ -206,7 +237,8 @@ def can_read(actor: Actor, record: MemoryRecord, where: Where, now: datetime, *,
 
 def visible_scopes(actor: Actor, where: Where) -> Visibility:
     """The scopes a search from `where` looks in: the actor's personal memory, the current
-    conversation's memory and global memory, plus projects. Other conversations stay out even for
+    conversation's memory and global memory, plus the projects the conversation is bound to (every
+    project outside a conversation). Other conversations stay out even for
     administrators (they open those by id to review): recall must not carry one group's memory
     into another. Nothing at all when memory is off, public or the actor is public."""
     if _closed(actor, where) is not None:
@@ -217,7 +249,8 @@ def visible_scopes(actor: Actor, where: Where) -> Visibility:
     if where.conversation is not None:
         scopes.append(Scope.channel(where.conversation))
     scopes.append(GLOBAL)
-    return Visibility(scopes, include_projects=True)
+    scopes += [Scope(ScopeKind.PROJECT, name) for name in where.projects]
+    return Visibility(scopes, include_projects=where.conversation is None)
 
 
 # --- writing -------------------------------------------------------------------------------------
@@ -289,6 +322,8 @@ def can_review(actor: Actor, record: MemoryRecord) -> Decision:
     if record.scope.kind == ScopeKind.PERSONAL:
         if _owns(actor, record.scope):
             return _yes("it is your personal memory")
+        if actor.is_operator:
+            return _yes("the operator reviews every memory from the shell")
         return _no("personal memory is reviewed only by its owner (administrators neither)")
     if actor.is_admin:
         return _yes(f"administrators review {record.scope.kind.value} memory")
@@ -309,41 +344,75 @@ def trust_defaults(
     Provenance is a claim made by the caller, so it buys trust only when a person stands behind
     it: `user_confirmed` or `imported` with a human author (the one who typed /remember or ran the
     import) is instruction-grade within its scope; the same claim from the model is treated as
-    what it is, agent-written evidence. Agent-written memory waits for review when it could affect
-    other people (any non-personal scope) or is sensitive. Disputed and superseded memory is
-    evidence that is never injected on its own."""
+    what it is, agent-written evidence. Agent-written memory always waits in the review queue of
+    whoever reviews its scope (the person themselves for personal memory), so nothing the model
+    stores goes unseen. Disputed and superseded memory is evidence that is never injected on its
+    own. (Who may make shared memory instruction-grade by writing it is the caller's question:
+    see MemoryService.remember.)"""
     if provenance in _UNRELIABLE:
         review = ReviewStatus.DISPUTED if provenance == Provenance.DISPUTED else ReviewStatus.NONE
-        return (
-            UsePolicy(
-                can_use_as_instruction=False,
-                can_use_as_evidence=True,
-                requires_user_confirmation=True,
-                do_not_inject_automatically=True,
-            ),
-            review,
-            MemoryClass.EVIDENCE,
-        )
+        return DISPUTED_USE, review, MemoryClass.EVIDENCE
     if provenance in _HUMAN_GRADE and author_is_human:
         return (
             UsePolicy(can_use_as_instruction=True, can_use_as_evidence=True, requires_user_confirmation=False),
             ReviewStatus.NONE,
             MemoryClass.DURABLE_FACT,
         )
-    high_impact = scope.kind != ScopeKind.PERSONAL or sensitive
     return (
         UsePolicy(can_use_as_instruction=False, can_use_as_evidence=True, requires_user_confirmation=True),
-        ReviewStatus.PENDING if high_impact else ReviewStatus.NONE,
+        ReviewStatus.PENDING,
         MemoryClass.EVIDENCE,
     )
 
 
+# What a disputed (or superseded) record may still be used for: weighed when someone asks for it,
+# never put into a prompt on its own.
+DISPUTED_USE = UsePolicy(
+    can_use_as_instruction=False,
+    can_use_as_evidence=True,
+    requires_user_confirmation=True,
+    do_not_inject_automatically=True,
+)
+
+# Evidence this close to its expiry is labelled stale in a prompt: it is about to be dropped for
+# being old, and a month-old inference is the kind that has gone out of date.
+STALE_BEFORE_EXPIRY = timedelta(days=7)
+
+# Why recall keeps a record out of a prompt (recall traces show these).
+HELD_SUPERSEDED = "superseded"
+HELD_DISPUTED = "disputed"
+HELD_REJECTED = "rejected"
+HELD_PROPOSAL = "proposal"
+HELD_NOT_AUTOMATIC = "not_injected_automatically"
+HELD_UNUSABLE = "neither_instruction_nor_evidence"
+HELD = (HELD_SUPERSEDED, HELD_DISPUTED, HELD_REJECTED, HELD_PROPOSAL, HELD_NOT_AUTOMATIC, HELD_UNUSABLE)
+
+
+def held_back(record: MemoryRecord) -> str | None:
+    """Why recall must not put `record` into a prompt on its own, or None when it may. Superseded,
+    disputed and rejected memory never goes in, whatever its use policy says (a record disputed
+    before the policy followed its review counts too); nor a proposed change waiting for review,
+    a record whose policy says do_not_inject_automatically, or one usable neither as an
+    instruction nor as evidence: those are found by an explicit search only."""
+    if record.status == RecordStatus.SUPERSEDED or record.provenance == Provenance.SUPERSEDED:
+        return HELD_SUPERSEDED
+    if record.review_status == ReviewStatus.DISPUTED or record.provenance == Provenance.DISPUTED:
+        return HELD_DISPUTED
+    if record.review_status == ReviewStatus.REJECTED:
+        return HELD_REJECTED
+    if is_proposal(record):
+        return HELD_PROPOSAL
+    use = record.use_policy
+    if use.do_not_inject_automatically:
+        return HELD_NOT_AUTOMATIC
+    if not (use.can_use_as_instruction or use.can_use_as_evidence):
+        return HELD_UNUSABLE
+    return None
+
+
 def auto_injectable(record: MemoryRecord) -> bool:
-    """May recall put `record` into a prompt on its own? Not when its policy says
-    do_not_inject_automatically (a disputed record, say), nor when it may be used neither as an
-    instruction nor as evidence: such a record is found by an explicit search only."""
-    policy = record.use_policy
-    return not policy.do_not_inject_automatically and (policy.can_use_as_instruction or policy.can_use_as_evidence)
+    """May recall put `record` into a prompt on its own? (held_back says why not.)"""
+    return held_back(record) is None
 
 
 def instruction_grade(record: MemoryRecord) -> bool:
@@ -357,7 +426,70 @@ def instruction_grade(record: MemoryRecord) -> bool:
         not in (ReviewStatus.PENDING, ReviewStatus.REJECTED, ReviewStatus.STALE, ReviewStatus.DISPUTED)
         and record.provenance not in _UNRELIABLE
         and (record.provenance in _HUMAN_GRADE or record.review_status == ReviewStatus.CONFIRMED)
+        and not is_proposal(record)
     )
+
+
+def needs_confirmation(record: MemoryRecord) -> bool:
+    """Must the person confirm `record` before it shapes an action? Anything not instruction-grade
+    whose policy asks for it, or that waits in the review queue."""
+    if instruction_grade(record):
+        return False
+    return record.use_policy.requires_user_confirmation or record.review_status == ReviewStatus.PENDING
+
+
+def stale(record: MemoryRecord, now: datetime) -> bool:
+    """Marked stale in review, or evidence within STALE_BEFORE_EXPIRY of its expiry."""
+    if record.review_status == ReviewStatus.STALE:
+        return True
+    return record.expires_at is not None and record.expires_at - now <= STALE_BEFORE_EXPIRY
+
+
+# --- what the model may change ---------------------------------------------------------------------
+
+# Authors that are not a person: the model's tools and the background jobs (formation, merges).
+MACHINE_AUTHORS = ("agent:", "system")
+PROPOSAL_TAG = "proposal"
+_TARGET_TAG = "of:"
+PROPOSAL_ACTIONS = ("edit", "supersede", "forget")
+
+
+def machine_written(record: MemoryRecord) -> bool:
+    return record.author.startswith(MACHINE_AUTHORS)
+
+
+def model_may_change(record: MemoryRecord) -> Decision:
+    """May the model edit, supersede or forget `record` itself (DESIGN §11)? Only what the model
+    (or a background job) wrote in one person's own memory and nobody confirmed: for anything a
+    person wrote, confirmed or imported, and for any shared memory, it may only propose a change
+    for review."""
+    if record.scope.kind != ScopeKind.PERSONAL:
+        return _no("shared memory is changed by people; the assistant may only propose a change")
+    if not machine_written(record) or record.provenance in _HUMAN_GRADE:
+        return _no("a person wrote this memory; the assistant may only propose a change")
+    if record.review_status == ReviewStatus.CONFIRMED:
+        return _no("a person confirmed this memory; the assistant may only propose a change")
+    return _yes("the assistant wrote it and nobody confirmed it")
+
+
+def proposal_tags(action: str, target_id: str) -> tuple[str, ...]:
+    """The tags that make a record a proposed change of `target_id` (see proposal_of)."""
+    if action not in PROPOSAL_ACTIONS:
+        raise ValueError(f"unknown proposal action {action!r}")
+    return (PROPOSAL_TAG, action, _TARGET_TAG + target_id)
+
+
+def is_proposal(record: MemoryRecord) -> bool:
+    return PROPOSAL_TAG in record.tags
+
+
+def proposal_of(record: MemoryRecord) -> tuple[str, str] | None:
+    """(action, target record id) when `record` is a proposed change waiting for review."""
+    if not is_proposal(record):
+        return None
+    action = next((t for t in record.tags if t in PROPOSAL_ACTIONS), None)
+    target = next((t[len(_TARGET_TAG) :] for t in record.tags if t.startswith(_TARGET_TAG)), None)
+    return (action, target) if action and target else None
 
 
 # --- scopes --------------------------------------------------------------------------------------
@@ -367,10 +499,12 @@ def default_scope(
     user_id: str | None,
     audience: Audience,
     conversation: str | None,
-    flag: Literal["global", "channel"] | None,
+    flag: Literal["global", "channel", "project"] | None,
+    projects: tuple[str, ...] = (),
 ) -> Scope:
     """The scope of a new memory: the narrowest useful one, the person's own, unless `--channel`
-    (only in a group or channel) or `--global` asks otherwise; whether the write is then allowed
+    (only in a group or channel), `--project` (the one project the conversation is bound to) or
+    `--global` asks otherwise; whether the write is then allowed
     is `can_write`'s question. ValueError with a readable reason when there is no such scope."""
     if audience == "public":
         raise ValueError("memory is off in a public conversation")
@@ -384,7 +518,15 @@ def default_scope(
         return Scope.channel(conversation)
     if flag == "global":
         return GLOBAL
-    raise ValueError(f"unknown scope option {flag!r}: use --channel or --global")
+    if flag == "project":
+        if len(projects) != 1:
+            raise ValueError(
+                "--project works only in a conversation bound to one project (projects: in the config)"
+                if not projects
+                else f"this conversation is bound to several projects ({', '.join(projects)}): ask an operator"
+            )
+        return Scope(ScopeKind.PROJECT, projects[0])
+    raise ValueError(f"unknown scope option {flag!r}: use --channel, --project or --global")
 
 
 # Broadest first: global > project > channel > personal.

@@ -105,6 +105,7 @@ class Candidate:
     lexical: float | None = None  # positive relevance, higher is better (e.g. -bm25)
     cosine: float | None = None
     speaker: str | None = None  # who said it, as people name them (attribution, message author)
+    author: str | None = None  # the identity that said it (archived user messages), for the prompt's label
 
     @property
     def key(self) -> Key:
@@ -127,7 +128,16 @@ class Candidate:
         """This candidate with both legs' scores (dataclasses.replace, at ~200 candidates a
         turn, cost 2 ms of a 20 ms recall)."""
         return Candidate(
-            self.kind, self.id, self.text, self.scope, self.created_at, self.memory_class, lexical, cosine, self.speaker
+            self.kind,
+            self.id,
+            self.text,
+            self.scope,
+            self.created_at,
+            self.memory_class,
+            lexical,
+            cosine,
+            self.speaker,
+            self.author,
         )
 
     @property
@@ -156,6 +166,9 @@ class RecallSettings:
     recency_floor: float = RECENCY_FLOOR
     class_priors: Mapping[str, float] = field(default_factory=lambda: DEFAULT_PRIORS)
     min_cosine: float | None = None  # None: the model's calibrated floor from the manifest
+    # Evidence is put into a prompt on its own only at or above this fused score (a strong match);
+    # None: the calibrated value (the model's manifest, or EVIDENCE_FLOOR_LEXICAL without vectors).
+    evidence_min_score: float | None = None
     max_chars: int = 2_000  # per turn, for select()
     k: int = 10
     lexical_pool: int = 20
@@ -325,17 +338,35 @@ def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
 BEYOND_LIMIT = "beyond_limit"  # k items were already chosen
 OVER_BUDGET = "over_memory_budget"  # longer than what was left of max_chars
 NEAR_REPEAT = "near_repeat"  # says nearly what a chosen item says (word overlap)
+# Why a turn's trust rules leave one out (gateway/recall_select.py decides them).
+WEAK_EVIDENCE = "weak_evidence_match"  # unconfirmed evidence under the evidence floor
+CONFLICTING = "conflicts_with_confirmed"  # its confirmed counterpart did not make it into the prompt
+NOTICE = "gateway_notice"  # an archived notice the gateway itself wrote
+SCREENED = "screened_"  # + what write-back's screens found in an archived message or note:
+SCREENS = ("secret", "injection", "personal_data", "malformed")
 
 
-def selection(scored: Sequence[Scored], max_chars: int, k: int = 10, max_similar: float = 0.9) -> list[str | None]:
+def selection(
+    scored: Sequence[Scored],
+    max_chars: int,
+    k: int = 10,
+    max_similar: float = 0.9,
+    held_back: Callable[[Scored], str | None] | None = None,
+) -> list[str | None]:
     """select()'s decision on each of `scored`: None for a chosen one, else why it was left out
-    (BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, the first that applies, in that order)."""
+    (BEYOND_LIMIT, then `held_back`'s reason, OVER_BUDGET, NEAR_REPEAT: the first that applies, in
+    that order). `held_back` (the caller's policy) is asked only about items that could still be
+    chosen, so a costly check runs for a turn's few, not for everything ranked."""
     decisions: list[str | None] = []
     seen: list[frozenset[str]] = []
     left = max_chars
     for s in scored:
         if len(seen) >= k:
             decisions.append(BEYOND_LIMIT)
+            continue
+        why = held_back(s) if held_back is not None else None
+        if why is not None:
+            decisions.append(why)
             continue
         size = len(s.candidate.text)
         if size > left:
@@ -367,6 +398,30 @@ def resolve_floor(settings: RecallSettings, calibrated: float | None) -> tuple[f
     if calibrated is not None:
         return calibrated, "manifest"
     return None, "missing_calibration"
+
+
+# The evidence floor without a vector leg, on a hit's full-text score relative to the turn's best
+# (gateway/recall_select.py lexical_strength): it keeps 90 % of the answers recall ranks on the tune
+# half of benchmarks/data/assistant_memory and keeps out 67 % of the other items of a turn's top 8
+# (on the test half: 90 % kept, 62 % kept out).
+EVIDENCE_FLOOR_LEXICAL = 0.7
+
+
+def resolve_evidence_floor(
+    settings: RecallSettings, calibrated: float | None, vectors: bool
+) -> tuple[float, str, bool]:
+    """The strong-match score evidence needs to be injected on its own, where it came from, and
+    whether it is a fused score (else a full-text score relative to the turn's best): `config`
+    (evidence_min_score set; fused when the vector leg ran), `manifest` (the embedding model's
+    calibrated value, fused), `lexical` (keyword recall's own) or `missing_calibration` (a vector
+    leg whose model has no calibrated value: judged by keywords, as `lexical`)."""
+    if settings.evidence_min_score is not None:
+        return settings.evidence_min_score, "config", vectors
+    if not vectors:
+        return EVIDENCE_FLOOR_LEXICAL, "lexical", False
+    if calibrated is not None:
+        return calibrated, "manifest", True
+    return EVIDENCE_FLOOR_LEXICAL, "missing_calibration", False
 
 
 # --- gathering candidates -----------------------------------------------------------------------
@@ -523,7 +578,8 @@ class Retriever:
         if self._embed is None or self._vector is None:
             return None
         try:
-            return await asyncio.wait_for(self._embed(query), self.settings.query_timeout_ms / 1000)
+            async with asyncio.timeout(self.settings.query_timeout_ms / 1000):  # wait_for may lose a cancel on 3.11
+                return await self._embed(query)
         except Exception as exc:  # a timeout or any failure: this turn goes lexical-only, said once
             if self._cooldown.ready("memory_recall_vector_degraded"):
                 log.warning("memory_recall_vector_degraded reason=%s", type(exc).__name__)

@@ -364,7 +364,8 @@ recall_traces = Table(
     Column("event_id", String(255)),
     Column("query", Text, nullable=False),
     Column("items", JSON, nullable=False),  # [{kind, id, score, used, reason, needs_confirmation}]
-    Column("written", JSON, nullable=False),  # record ids written back during the turn
+    Column("written", JSON, nullable=False),  # record ids written back during the turn (or formed from it later)
+    Column("lookups", JSON),  # the model's find_memories / get_memories calls: [{tool, query, ids, found}]
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_recall_traces_session_key", "session_key", "id"),
     Index("ix_recall_traces_user_id", "user_id", "id"),

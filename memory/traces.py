@@ -24,7 +24,8 @@ from sqlalchemy.engine import Connection
 
 from gateway.events import utcnow
 from memory.db import Database
-from memory.recall import BEYOND_LIMIT, NEAR_REPEAT, OVER_BUDGET
+from memory.policy import HELD
+from memory.recall import BEYOND_LIMIT, CONFLICTING, NEAR_REPEAT, NOTICE, OVER_BUDGET, SCREENED, SCREENS, WEAK_EVIDENCE
 from memory.schema import memory_revisions, recall_traces
 
 RETENTION = timedelta(days=30)
@@ -32,11 +33,26 @@ MAX_ITEMS = 30  # of what recall returned, per trace: every selected one, then t
 QUERY_CHARS = 300
 MAX_LIMIT = 200
 MAX_CHANGES = 20  # later revisions shown per trace
+MAX_LOOKUPS = 20  # memory tool calls kept per trace
+FORMED = "formed"  # a Written action: formation later wrote this record from the turn's messages
 
 # Why a candidate recall returned did or did not reach the prompt: select()'s reasons, or these.
 INJECTED = "injected"
 CONTEXT_BUDGET = "dropped_by_context_budget"  # selected, but its section did not fit context_budget_chars
-REASONS = (INJECTED, BEYOND_LIMIT, OVER_BUDGET, NEAR_REPEAT, CONTEXT_BUDGET)
+POLICY = "left_out_by_policy"  # found in the person's scopes, turned away by the read policy (detail: why)
+REASONS = (
+    INJECTED,
+    BEYOND_LIMIT,
+    OVER_BUDGET,
+    NEAR_REPEAT,
+    CONTEXT_BUDGET,
+    *HELD,
+    WEAK_EVIDENCE,
+    CONFLICTING,
+    NOTICE,
+    *(SCREENED + screen for screen in SCREENS),
+    POLICY,
+)
 
 # Revisions that are not a later change of a record a trace names.
 _NOT_CHANGES = ("create", "import")
@@ -50,9 +66,10 @@ class TraceItem:
     used: bool
     reason: str  # one of REASONS
     needs_confirmation: bool = False  # a record waiting for the person's confirmation or review
+    detail: str = ""  # for POLICY: the read policy's sentence
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "id": self.id,
             "score": self.score,
@@ -60,6 +77,9 @@ class TraceItem:
             "reason": self.reason,
             "needs_confirmation": self.needs_confirmation,
         }
+        if self.detail:
+            out["detail"] = self.detail
+        return out
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> TraceItem:
@@ -70,15 +90,40 @@ class TraceItem:
             bool(data["used"]),
             str(data["reason"]),
             bool(data.get("needs_confirmation", False)),
+            str(data.get("detail", "")),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Written:
-    """A record the turn's memory tools wrote: `action` stored | edited | superseded | forgotten."""
+    """A record the turn's memory tools wrote (`action` stored | edited | superseded | forgotten |
+    proposed), or that formation later wrote from the turn's messages (`formed`)."""
 
     id: str
     action: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """One memory tool call the model made in a turn: `find_memories` (its query, redacted) or
+    `get_memories` (the ids it asked for), and the ids that came back."""
+
+    tool: str
+    query: str
+    found: tuple[str, ...]
+    asked: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tool": self.tool, "query": self.query, "asked": list(self.asked), "found": list(self.found)}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Lookup:
+        return Lookup(
+            str(data.get("tool", "")),
+            str(data.get("query", "")),
+            tuple(str(i) for i in data.get("found", ())),
+            tuple(str(i) for i in data.get("asked", ())),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +136,13 @@ class Trace:
     items: tuple[TraceItem, ...]
     written: tuple[Written, ...]
     created_at: datetime
+    lookups: tuple[Lookup, ...] = ()
 
     @property
     def record_ids(self) -> list[str]:
-        """Every record the trace names, recalled or written, once, in order."""
+        """Every record the trace names, recalled, looked up or written, once, in order."""
         ids = [i.id for i in self.items if i.kind == "record"] + [w.id for w in self.written]
+        ids += [rid for lookup in self.lookups for rid in lookup.found]
         return list(dict.fromkeys(ids))
 
 
@@ -147,6 +194,7 @@ def _trace(row: Any) -> Trace:
         tuple(TraceItem.from_json(i) for i in row.items),
         tuple(Written(str(w["id"]), str(w["action"])) for w in row.written),
         row.created_at,
+        tuple(Lookup.from_json(x) for x in row.lookups or ()),
     )
 
 
@@ -211,6 +259,7 @@ class TraceStore:
         items: Sequence[TraceItem],
         written: Sequence[Written] = (),
         *,
+        lookups: Sequence[Lookup] = (),
         now: datetime | None = None,
     ) -> int:
         """Store one turn's trace (the query cut to QUERY_CHARS, items to MAX_ITEMS); its id."""
@@ -221,6 +270,7 @@ class TraceStore:
             "query": query[:QUERY_CHARS],
             "items": [i.to_json() for i in keep(items)],
             "written": [{"id": w.id, "action": w.action} for w in written],
+            "lookups": [x.to_json() for x in lookups[:MAX_LOOKUPS]] or None,
             "created_at": now or utcnow(),
         }
 
@@ -228,6 +278,30 @@ class TraceStore:
             key = conn.execute(insert(recall_traces).values(**values)).inserted_primary_key
             assert key is not None
             return int(key[0])
+
+        return await self._db.write(run)
+
+    async def formed(self, session_key: str, by_event: Mapping[str, Sequence[str]]) -> int:
+        """Record that background formation wrote records from the messages of these turns:
+        `by_event` maps a turn's event id to the ids of the records formed from its messages. Each
+        is added to that turn's trace as written ("formed"); how many traces changed."""
+        if not by_event:
+            return 0
+
+        def run(conn: Connection) -> int:
+            rows = conn.execute(
+                select(recall_traces.c.id, recall_traces.c.event_id, recall_traces.c.written).where(
+                    recall_traces.c.session_key == session_key,
+                    recall_traces.c.event_id.in_(builtins.list(by_event)),
+                )
+            ).all()
+            for row in rows:
+                known = {(w["id"], w["action"]) for w in row.written}
+                added = [{"id": rid, "action": FORMED} for rid in by_event[row.event_id] if (rid, FORMED) not in known]
+                if added:
+                    change = recall_traces.update().where(recall_traces.c.id == row.id)
+                    conn.execute(change.values(written=[*row.written, *added]))
+            return len(rows)
 
         return await self._db.write(run)
 

@@ -244,12 +244,31 @@ def _phone(value: str) -> bool:
 
 # --- flags ---------------------------------------------------------------------------------------
 
-_BROAD = re.compile(
-    r"\b(?:always|never|everyone|everybody|nobody|no\s+one|without\s+exception|"
-    r"every\s+(?:user|person|one|time|single|case)|"
-    r"all\s+(?:users|people|cases|of\s+(?:us|them)|the\s+(?:time|users)))\b",
+# Claims about other people, whoever makes them ("everyone on the team…").
+_ABOUT_OTHERS = re.compile(
+    r"\b(?:everyone|everybody|nobody|no\s+one|every\s+(?:user|person|one|single\s+(?:user|person))|"
+    r"all\s+(?:users|people|of\s+(?:us|them)|the\s+users))\b",
     re.IGNORECASE,
 )
+# Sweeping frequency claims: fine about oneself ("I always take the 8:15"), broad about anything else.
+_SWEEPING = re.compile(
+    r"\b(?:always|never|without\s+exception|every\s+(?:time|single\s+time|case)|all\s+(?:cases|the\s+time))\b",
+    re.IGNORECASE,
+)
+# A statement whose subject is the speaker: "I …", "I'm …", "My …", "Me: …".
+_ABOUT_ME = re.compile(r"^\W*(?:i|i['\u2019](?:m|ve|d|ll)|i\s+am|my|me|mine)\b", re.IGNORECASE)
+
+
+def broad_claim(text: str) -> str | None:
+    """The words that make `text` a broad claim, if it is one: a claim about everyone (or nobody),
+    or a sweeping always/never about anything but the speaker themselves."""
+    others = _ABOUT_OTHERS.search(text)
+    if others is not None:
+        return others.group()
+    sweeping = _SWEEPING.search(text)
+    if sweeping is not None and not _ABOUT_ME.match(text):
+        return sweeping.group()
+    return None
 
 _FILLER = (
     r"(?:all|any|every|the|your|my|our|these|those|of|previous|prior|above|earlier|preceding|existing|"
@@ -322,9 +341,9 @@ def check(text: str, *, extra_secrets: Sequence[str] = (), sourced: bool = False
     if refusals:
         return Verdict("refuse", tuple(refusals))
     flags: list[str] = []
-    broad = None if sourced else _BROAD.search(cleaned)
+    broad = None if sourced else broad_claim(cleaned)
     if broad is not None:
-        word = _HSPACE.sub(" ", broad.group().casefold())
+        word = _HSPACE.sub(" ", broad.casefold())
         flags.append(f'it makes a broad claim ("{word}") without a source; it is kept as evidence until confirmed')
     if injection_shaped(cleaned):
         flags.append("it reads like an instruction to the assistant; it is kept as evidence for review")

@@ -290,8 +290,24 @@ class ConsoleService:
             limit=max(1, min(200, limit)),
             offset=max(0, offset),
         )
-        items = [record_json(r) for r in pending if policy.can_review(viewer.actor, r)]
+        items = [await self._queued(viewer, r) for r in pending if policy.can_review(viewer.actor, r)]
         return {"total": total, "items": items}
+
+    async def _queued(self, viewer: Viewer, record: MemoryRecord) -> dict[str, Any]:
+        """A queue item; a proposed change also says what it would change, as a word diff against the
+        record as it is now (None when that record is gone)."""
+        data = record_json(record)
+        change = policy.proposal_of(record)
+        if change is not None:
+            target = await self.memory.target_of(viewer.actor, self.where, record)
+            after = "" if change[0] == "forget" else record.content
+            data["proposal"] = {
+                "action": change[0],
+                "target": change[1],
+                "current": target.content if target is not None else None,
+                "diff": word_diff(target.content, after) if target is not None else None,
+            }
+        return data
 
     async def review(self, viewer: Viewer, record_id: str, action: str, arg: str = "") -> dict[str, Any]:
         """One review action (DESIGN §6); the record as it is afterwards (for supersede, the new one)."""
@@ -343,6 +359,7 @@ class ConsoleService:
                     "at": v.trace.created_at.isoformat(),
                     "items": [i.to_json() for i in v.trace.items],
                     "written": [{"id": w.id, "action": w.action} for w in v.trace.written],
+                    "lookups": [x.to_json() for x in v.trace.lookups],
                     "changes": [
                         {"record_id": c.record_id, "action": c.action, "actor": c.actor, "at": c.at.isoformat()}
                         for c in v.changes

@@ -26,7 +26,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.recall import FOLLOW, WEIGH
+from gateway.recall_prompt import FOLLOW, WEIGH
 from memory.model import MemoryClass, Provenance, ReviewStatus
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
 from tests.e2e.test_chat_browser import CHROMIUM_MISSING, REPO_ROOT, WAIT_MS, _chromium_missing, _launch_chromium

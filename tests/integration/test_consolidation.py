@@ -371,11 +371,9 @@ async def test_the_tool_refuses_a_plain_user_and_serves_an_admin(
 
     shown = await turn(ROOT_TOKEN, {})  # a dry run unless asked otherwise
     assert shown["dry_run"] is True
-    assert [t["records"] for t in shown["would_move"]["targets"]] == [
-        [s.ids["global"]],
-        [s.ids["alice"]],
-        [s.ids["bob"]],
-    ]
+    # An administrator's run covers shared memory and their own: never alice's or bob's, not even by id.
+    assert [t["records"] for t in shown["would_move"]["targets"]] == [[s.ids["global"]]]
+    assert s.ids["alice"] not in json.dumps(shown) and s.ids["bob"] not in json.dumps(shown)
     assert await gw.storage.records.get(s.ids["global"]) is not None
 
     fake_llm.default = Model({})  # the queued run's model calls: nothing worth keeping
@@ -383,8 +381,11 @@ async def test_the_tool_refuses_a_plain_user_and_serves_an_admin(
     assert gw.jobs is not None and queued["queued_job"]
     await gw.jobs.idle()
     job = await gw.storage.jobs.get(queued["queued_job"])
-    assert job is not None and job.status == DONE and job.result is not None and job.result["records"] == 3
+    assert job is not None and job.status == DONE and job.result is not None and job.result["records"] == 1
     assert await gw.storage.records.get(s.ids["global"]) is None and not s.files["global"].exists()
+    for person in ("alice", "bob"):  # other people's memory is the operator's to consolidate (the CLI)
+        assert await gw.storage.records.get(s.ids[person]) is not None
+    assert s.files["alice"].exists()
 
 
 # -- the CLI -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -39,6 +40,8 @@ def start(
     async def factory(embedder: ConceptEmbedder, **overrides: Any) -> Gateway:
         monkeypatch.setattr(gateway.app, "embedder_from_config", lambda config: embedder)
         overrides.setdefault("memory__recall__min_cosine_similarity", 0.2)
+        # The test model has no calibrated evidence floor: what these tests store is let in by meaning.
+        overrides.setdefault("memory__recall__evidence_min_score", 0.0)
         overrides.update(storage_overrides)
         gw: Gateway = await gateway_factory(fake_llm, memory__search__provider="local", **overrides)
         return gw
@@ -172,7 +175,7 @@ async def test_each_degradation_is_logged_once(
 ) -> None:
     caplog.set_level(logging.INFO)
     slow = ConceptEmbedder(query_delay=0.3)  # past the 50 ms budget: lexical only for the turn
-    gw = await start(slow, memory__recall__query_embedding_budget_ms=50, memory__recall__min_cosine_similarity=None)
+    gw = await start(slow, memory__recall__query_embedding_budget_ms=50)
     assert gw.recall is not None
     await say(http, gw, "/remember my bike is a blue Gazelle")
     await gw.recall.caught_up(timeout=30)
@@ -188,4 +191,60 @@ async def test_each_degradation_is_logged_once(
     text = caplog.text
     assert text.count("memory_recall_vector_degraded") == 1
     assert text.count("memory_recall_coverage_gap") == 1
-    assert text.count("memory_recall_missing_calibration") == 1  # test/concepts has no floor
+
+
+async def test_a_model_without_a_calibrated_floor_is_searched_by_keywords_only(
+    start: Start, fake_llm: FakeLLM, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no cosine floor, every vector neighbour would pass, however unrelated (5 of 5 candidates
+    were injected): recall degrades to keywords and says so, once, until a floor is configured."""
+    caplog.set_level(logging.INFO)
+    gw = await start(ConceptEmbedder(concepts=PLANTS), memory__recall__min_cosine_similarity=None)
+    assert gw.storage is not None and gw.recall is not None
+    await gw.storage.records.import_batch([fact(f"tomatoes garden herbs grow batch {i}", "alice") for i in range(5)])
+    await say(http, gw, "/remember my bike is a blue Gazelle")
+    gw.recall.wake()
+    await gw.recall.caught_up(timeout=30)
+    for _ in range(3):
+        await say(http, gw, "anything nice for my balcony?")  # close in meaning, no word in common
+        assert "tomatoes" not in system_of(fake_llm)
+    await say(http, gw, "what colour is my bike?")
+    assert "blue Gazelle" in system_of(fake_llm)
+    assert caplog.text.count("memory_recall_vector_degraded") == 1
+    assert "memory_recall_vector_degraded reason=missing_calibration model=test/concepts" in caplog.text
+    assert "memory_recall_coverage_gap" not in caplog.text
+
+
+async def test_evidence_needs_a_strong_match_where_confirmed_memory_does_not(
+    start: Start, fake_llm: FakeLLM, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fused score of 0.24 passes the cosine floor but is a weak match: evidence stays out under the
+    evidence floor (configured here; calibrated per model otherwise), a person's memory goes in."""
+    caplog.set_level(logging.INFO)
+    gw = await start(ConceptEmbedder(concepts=PLANTS), memory__recall__evidence_min_score=0.3)
+    assert gw.storage is not None and gw.recall is not None
+    weak = NewRecord(
+        "basil lorem ipsum dolor",  # one word of the topic in four: a cosine of 0.38 to the question
+        MemoryClass.EVIDENCE,
+        Provenance.INFERRED,
+        UsePolicy(),
+        "personal:alice",
+        "agent:default",
+        ReviewStatus.PENDING,
+    )
+    confirmed = fact("tomatoes lorem ipsum dolor", "alice")
+    confirmed = replace(confirmed, use_policy=UsePolicy(True, True, False))
+    strong = replace(weak, content="herbs grow well in sun")
+    weak_id, confirmed_id, strong_id = await gw.storage.records.import_batch([weak, confirmed, strong])
+    gw.recall.wake()
+    await gw.recall.caught_up(timeout=30)
+    await say(http, gw, "which herbs could I grow?")
+    system = system_of(fake_llm)
+    assert "herbs grow well" in system and "tomatoes lorem" in system and "basil lorem" not in system
+    assert gw.traces is not None
+    await gw.traces.settle()
+    (view,) = await gw.traces.store.recent(user_id="alice", limit=1)
+    items = {i.id: i for i in view.trace.items}
+    assert items[weak_id].reason == "weak_evidence_match" and 0.2 < items[weak_id].score < 0.3
+    assert items[confirmed_id].used and items[strong_id].used
+    assert "evidence_floor=0.3 evidence_floor_source=config" in caplog.text

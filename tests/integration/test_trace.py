@@ -63,8 +63,8 @@ async def test_a_memory_backed_turn_writes_one_trace_with_used_and_ignored_reaso
 async def test_written_records_context_budget_and_a_later_confirm_show_in_the_trace(
     gateway_factory: Any, fake_llm: FakeLLM, http: aiohttp.ClientSession
 ) -> None:
-    # Room for one line of memory (~85 characters): the confirmed section fits, the evidence does not.
-    gw: Gateway = await gateway_factory(fake_llm, memory__context_budget_chars=100)
+    # Room for one framed item (~115 characters): the confirmed section fits, the evidence does not.
+    gw: Gateway = await gateway_factory(fake_llm, memory__context_budget_chars=150)
     fake_llm.script(ToolCall("store_memory", {"content": "Alice's cat is called Miso"}), Reply("Noted."))
     await say(http, gw, "please remember my cat's name is Miso")
     (view,) = await traces_of(gw, "alice")  # nothing recalled, but a memory was written: traced

@@ -20,7 +20,8 @@ def _capture(filt: RedactingFilter) -> tuple[logging.Logger, io.StringIO]:
 def test_event_lines_are_key_value() -> None:
     logger, stream = _capture(RedactingFilter())
     event(logger, "turn_completed", channel="web", ms=1.234, note="two words", empty="")
-    assert stream.getvalue().strip() == 'turn_completed channel=web ms=1.2 note="two words" empty=""'
+    # Floats keep their precision (floor=0.22, not 0.2).
+    assert stream.getvalue().strip() == 'turn_completed channel=web ms=1.234 note="two words" empty=""'
 
 
 def test_configured_secrets_and_token_shapes_are_redacted() -> None:

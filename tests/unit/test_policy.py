@@ -23,6 +23,7 @@ from memory.model import (
     UsePolicy,
 )
 from memory.policy import (
+    OPERATOR,
     Actor,
     Audience,
     Decision,
@@ -121,7 +122,8 @@ def actor(role: str, run: Run = "chat", user_id: str | None = ME) -> Actor:
 
 
 def where(audience: Audience, conversation: str | None = HERE, enabled: bool = True) -> Where:
-    return Where(audience, conversation, enabled)
+    """A conversation bound to the project of SCOPES (project memory is read only in those)."""
+    return Where(audience, conversation, enabled, ("atlas",) if conversation is not None else ())
 
 
 def record(scope: Scope, **changes: object) -> MemoryRecord:
@@ -232,7 +234,7 @@ def test_without_a_user_there_is_no_personal_memory() -> None:
     assert not can_read(job, record(Scope.personal(ME)), where("team"), NOW)
     assert not can_write(job, Scope.personal(ME), where("team"), WriteAccess())
     assert can_write(job, Scope(ScopeKind.PROJECT, "atlas"), where("team"), WriteAccess())
-    assert visible_scopes(job, where("team")).scopes == [Scope.channel(HERE), GLOBAL]
+    assert visible_scopes(job, where("team")).scopes == [Scope.channel(HERE), GLOBAL, SCOPES["project"]]
 
 
 def test_channel_memory_needs_the_conversation() -> None:
@@ -354,11 +356,33 @@ def test_visible_scopes(role: str, audience: Audience) -> None:
     if audience == "public" or role == "public":
         assert visible.scopes == [] and visible.include_projects is False
         return
-    # Administrators too: other conversations are opened by id, never recalled.
-    assert visible.scopes == [Scope.personal(ME), Scope.channel(HERE), GLOBAL]
-    assert visible.include_projects is True
+    # Administrators too: other conversations are opened by id, never recalled; of the projects,
+    # only the one the conversation is bound to.
+    assert visible.scopes == [Scope.personal(ME), Scope.channel(HERE), GLOBAL, SCOPES["project"]]
+    assert visible.include_projects is False
     scopes, include_projects = visible  # unpacks like a pair
-    assert scopes == visible.scopes and include_projects
+    assert scopes == visible.scopes and not include_projects
+
+
+@pytest.mark.parametrize("role", ["user", "system", "admin"])
+def test_project_memory_is_read_only_where_its_project_is_bound(role: str) -> None:
+    unbound = Where("team", ELSEWHERE)
+    rec = record(SCOPES["project"])
+    assert SCOPES["project"] not in visible_scopes(actor(role), unbound).scopes
+    assert not visible_scopes(actor(role), unbound).include_projects
+    assert_decision(can_read(actor(role), rec, unbound, NOW), role == "admin")  # admins review any project
+    assert_decision(can_read(actor(role), rec, where("team"), NOW), True)
+    assert_decision(can_read(actor(role), rec, Where("personal", None), NOW), True)  # the CLI, the console
+    assert visible_scopes(actor(role), Where("personal", None)).include_projects
+
+
+def test_the_operator_reviews_what_no_chat_administrator_may() -> None:
+    mine = record(Scope.personal("bob"), author="bob")
+    assert OPERATOR.is_operator and not actor("admin").is_operator
+    assert_decision(can_review(OPERATOR, mine), True)
+    assert_decision(can_read(OPERATOR, mine, Where("personal", None), NOW, by_id=True), True)
+    assert_decision(can_review(actor("admin"), mine), False)
+    assert_decision(can_write(OPERATOR, Scope.personal("bob"), Where("personal", None), WriteAccess()), False)
 
 
 def test_visible_scopes_outside_a_conversation() -> None:
@@ -403,8 +427,9 @@ def test_policy_invariants(
         assert not read and not write and visible_scopes(who, place).scopes == []
     if "public" in roles:
         assert not review
-    if scope.kind == ScopeKind.PERSONAL and scope.name != user_id:
-        # A user never sees, writes or reviews another user's personal memory; administrators neither.
+    if scope.kind == ScopeKind.PERSONAL and scope.name != user_id and not who.is_operator:
+        # A user never sees, writes or reviews another user's personal memory; administrators neither
+        # (the operator at the shell, who can read the database anyway, is the one exception).
         assert not read and not write and not review
     if run == "tool" and scope.kind in (ScopeKind.GLOBAL, ScopeKind.PROJECT):
         assert not write
@@ -437,8 +462,8 @@ def _expected_trust(
         return SIDELINED_POLICY, ReviewStatus.NONE, MemoryClass.EVIDENCE
     if human and provenance in (Provenance.USER_CONFIRMED, Provenance.IMPORTED):
         return INSTRUCTION_POLICY, ReviewStatus.NONE, MemoryClass.DURABLE_FACT
-    pending = scope.kind != ScopeKind.PERSONAL or sensitive
-    return EVIDENCE_POLICY, ReviewStatus.PENDING if pending else ReviewStatus.NONE, MemoryClass.EVIDENCE
+    # Whatever the model writes waits in a review queue, a person's own included (DESIGN §11).
+    return EVIDENCE_POLICY, ReviewStatus.PENDING, MemoryClass.EVIDENCE
 
 
 @pytest.mark.parametrize("sensitive", [False, True])
@@ -455,8 +480,9 @@ def test_agent_written_memory_is_evidence_never_instruction() -> None:
         use, review, cls = trust_defaults(provenance, False, GLOBAL, False)
         assert not use.can_use_as_instruction and use.requires_user_confirmation
         assert cls == MemoryClass.EVIDENCE and review == ReviewStatus.PENDING
+    # In a person's own memory too: it waits in their review queue, so nothing the model stored goes unseen.
     use, review, _ = trust_defaults(Provenance.INFERRED, False, Scope.personal(ME), False)
-    assert review == ReviewStatus.NONE and not use.can_use_as_instruction
+    assert review == ReviewStatus.PENDING and not use.can_use_as_instruction
 
 
 # --- default scope -------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.context import Section, fit
-from gateway.recall import FOLLOW, NOTES, WEIGH, TurnMemory
+from gateway.recall import TurnMemory
+from gateway.recall_prompt import FOLLOW, NOTES, WEIGH
 from gateway.recall_trace import TraceRecorder, build_items, render
 from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
 from memory.recall import Candidate, Scored, select, selection

@@ -214,6 +214,32 @@ def test_sourced_broad_claims_pass(text: str, word: str) -> None:
     assert check(text, sourced=True) == Verdict("ok", ())
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I always take the 8:15 train",
+        "I never eat before a run",
+        "I'm always cold in the office",
+        "My alarm always goes off at 6:30",
+    ],
+)
+def test_sweeping_words_about_oneself_pass(text: str) -> None:
+    assert check(text) == Verdict("ok", ())
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        ("Everyone on the team always deploys on Fridays", "everyone"),
+        ("I think everyone should use tabs", "everyone"),
+        ("The team always deploys on Fridays", "always"),
+    ],
+)
+def test_claims_about_others_are_flagged_even_from_a_person(text: str, word: str) -> None:
+    verdict = check(text)
+    assert verdict.action == "flag" and any(f'"{word}"' in r for r in verdict.reasons), verdict.reasons
+
+
 def test_broad_words_inside_other_words_pass() -> None:
     assert check("Nevertheless, the deploy went out; Allusers is a table name").action == "ok"
 
