@@ -205,8 +205,8 @@ async def test_only_the_confirmed_memory_goes_in_when_there_is_room_for_one(
     gw: Gateway = await gateway_factory(fake_llm, memory__recall__limit=1)
     assert gw.storage is not None
     heron = memory_id(await say(http, gw, "/remember my laptop hostname is heron"))
-    # The unconfirmed one matches the question better (every word of it), and is newer.
-    (crow,) = await gw.storage.records.import_batch([evidence("what is my laptop hostname: crow")])
+    # The unconfirmed one matches the question better (the same words, a shorter text), and is newer.
+    (crow,) = await gw.storage.records.import_batch([evidence("laptop hostname: crow")])
     await say(http, gw, "what is my laptop hostname?")
     system = system_of(fake_llm)
     assert "hostname is heron" in system and "crow" not in system
