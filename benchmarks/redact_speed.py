@@ -12,9 +12,11 @@ secret in it (two passes: the one that redacts and the one that finds nothing mo
 is timed with `redact` and `contains_secret`; the figure is the best of seven rounds, in
 microseconds per call, averaged over the messages of a row.
 
-Absolute times on a shared machine drift, so `--baseline` loads another copy of the module (for
-instance the previous version from `git show HEAD:memory/redact.py > /tmp/old.py`) and times it in
-the same run; the ratio is the figure to trust. PRE_CHANGE holds what the detector measured before
+Absolute times on a shared machine drift, so `--baseline` loads another copy and times it in the
+same run; the ratio is the figure to trust. The copy is a single-file version from before the
+package (`git show REV:memory/redact.py > /tmp/old.py`) or a folder holding one of the package
+(`mkdir /tmp/old && git archive HEAD memory/redact | tar -x -C /tmp/old`, then
+`--baseline /tmp/old/memory/redact`). PRE_CHANGE holds what the detector measured before
 its gates, keyword heuristics and natural-language patterns, for reference. The target is a
 300-character ordinary message under 150 µs. The "secret" rows of the old detector are not like for
 like: it missed most of those secrets, so it made one pass where the new one makes two.
@@ -154,12 +156,41 @@ def measure(module: ModuleType, budget_s: float) -> dict[str, dict[str, float]]:
 
 
 def _load(path: str) -> ModuleType:
+    where = Path(path)
+    if where.is_dir() or where.name == "__init__.py":
+        return _load_package(where if where.is_dir() else where.parent)
     spec = importlib.util.spec_from_file_location("redact_baseline", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
+    return module
+
+
+def _load_package(folder: Path) -> ModuleType:
+    """A copy of the package. Its modules import each other as memory.redact._…, so while it loads
+    it stands in for the current package under that name; the current modules are then put back
+    (the copy's functions keep their own module globals, so both run side by side)."""
+    name = current.__name__
+
+    def ours() -> list[str]:
+        return [key for key in sys.modules if key == name or key.startswith(name + ".")]
+
+    saved = {key: sys.modules.pop(key) for key in ours()}
+    try:
+        spec = importlib.util.spec_from_file_location(
+            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"cannot load {folder}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        for key in ours():
+            del sys.modules[key]
+        sys.modules.update(saved)
     return module
 
 
@@ -188,7 +219,7 @@ def markdown(now: dict[str, dict[str, float]], base: dict[str, dict[str, float]]
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a shorter run")
-    p.add_argument("--baseline", metavar="PATH", help="another redact.py to time in the same run")
+    p.add_argument("--baseline", metavar="PATH", help="another redact.py or memory/redact folder to time too")
     p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     args = p.parse_args()
     budget = 0.05 if args.quick else 0.25
