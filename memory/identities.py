@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -46,7 +47,18 @@ class DeclaredSync:
 
 
 PLAIN_ROLES = ["user"]  # what a person has without the config saying otherwise
-MAX_DISPLAY_NAME = 255  # the column's width
+MAX_NAME_CHARS = 64  # a display name heads every quoted line and record of its speaker: kept short
+
+
+def clean_name(name: object) -> str | None:
+    """A display name fit to show: one line, no control or format characters (a bidi override
+    would reorder what follows it), at most MAX_NAME_CHARS; None when nothing is left."""
+    if not isinstance(name, str):
+        return None
+    flat = " ".join("".join(c for c in name if c.isspace() or unicodedata.category(c) not in ("Cc", "Cf")).split())
+    if len(flat) > MAX_NAME_CHARS:
+        flat = flat[: MAX_NAME_CHARS - 1].rstrip() + "…"
+    return flat or None
 
 
 def _sync_declared(conn: Connection, declared: list[tuple[str, list[str], list[str]]]) -> DeclaredSync:
@@ -210,9 +222,9 @@ class IdentityStore:
         if uid is None:
             uid = await self._db.read(_owner, identity)
             if uid is None:
-                uid = await self._create(identity, display_name)
+                uid = await self._create(identity, clean_name(display_name))
             self._by_identity[identity] = uid
-        name = " ".join(display_name.split())[:MAX_DISPLAY_NAME] if display_name else ""
+        name = clean_name(display_name)
         if name and self._named.get(identity) != name:
             await self._db.write(_rename, identity, name)
             self._named[identity] = name

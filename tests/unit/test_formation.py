@@ -39,7 +39,7 @@ from memory.formation_candidates import (
     statement,
     to_record,
 )
-from memory.formation_sources import clean_name
+from memory.identities import clean_name
 from memory.model import MemoryClass, Provenance, ReviewStatus, Scope
 from memory.records import build
 
