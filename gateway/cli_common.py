@@ -3,6 +3,7 @@ one command and a memory record as JSON."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import sys
@@ -15,6 +16,21 @@ from gateway.config_load import ConfigError, load_config
 
 if TYPE_CHECKING:
     from memory.storage import Storage
+
+
+def limit_type(high: int) -> Callable[[str], int]:
+    """An argparse `type` for a whole number from 1 to `high`, refusing anything else in plain words."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not 1 <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {high}, not {value}")
+        return value
+
+    return parse
 
 
 def load_or_report(path: Path) -> Config | None:

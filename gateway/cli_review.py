@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli_common import record_json, with_storage
+from gateway.cli_common import limit_type, record_json, with_storage
 from gateway.config import Config
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def add_parsers(mem_sub: Any) -> None:
     _who(review)
     review.add_argument(
         "--limit",
-        type=_limit,
+        type=limit_type(MAX_LIMIT),
         default=DEFAULT_LIMIT,
         help=f"list at most this many (1-{MAX_LIMIT}, default {DEFAULT_LIMIT})",
     )
@@ -109,16 +109,6 @@ def _who(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
         help="act as this user, with their roles (default: the operator, who may review every memory)",
     )
     parser.add_argument("--json", action="store_true", default=as_json, help="print the record(s) as JSON")
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT}, not {value}")
-    return value
 
 
 def run_show(args: argparse.Namespace, config: Config) -> int:

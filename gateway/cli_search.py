@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from gateway.cli_common import record_json, with_storage
+from gateway.cli_common import limit_type, record_json, with_storage
 from gateway.config import Config
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def add_parser(mem_sub: Any) -> None:
     search.add_argument("--user", metavar="USER_ID", help="as this user (required for long-term memory)")
     search.add_argument(
         "--limit",
-        type=_limit,
+        type=limit_type(MAX_LIMIT),
         default=DEFAULT_LIMIT,
         help=f"at most this many hits (1-{MAX_LIMIT}, default {DEFAULT_LIMIT}; with --batch, for lines without one)",
     )
@@ -52,16 +52,6 @@ def add_parser(mem_sub: Any) -> None:
         "any line failed.",
     )
     search.add_argument("query", nargs="*", metavar="QUERY")
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT}, not {value}")
-    return value
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

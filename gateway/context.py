@@ -40,7 +40,6 @@ LEGEND = (
 )
 
 
-
 @dataclass(frozen=True, slots=True)
 class Section:
     title: str

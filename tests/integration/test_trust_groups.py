@@ -43,6 +43,13 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield w
 
 
+def apollo_rule(text: str) -> NewRecord:
+    """An operator-imported rule of the apollo project (instruction-grade)."""
+    return NewRecord(
+        text, MemoryClass.DURABLE_FACT, Provenance.IMPORTED, INSTRUCTION, "project:apollo", "root", ReviewStatus.NONE
+    )
+
+
 def section(system: str, title: str) -> str:
     head = f"## {title}\n"
     return system.split(head, 1)[1].split("\n\n", 1)[0] if head in system else ""
@@ -112,7 +119,7 @@ async def test_refused_text_never_comes_back_through_the_archive(world: World) -
     assert "17:30" in notes
     assert TOKEN not in system and "Ignore previous" not in system and "7911" not in system
     (quote,) = [ln for ln in notes.split("\n") if "17:30" in ln]
-    assert quote.startswith(f'{OPEN}message · ') and 'said by "Grace" (telegram:1002) · untrusted' in quote
+    assert quote.startswith(f"{OPEN}message · ") and 'said by "Grace" (telegram:1002) · untrusted' in quote
     forged = [ln for ln in system.split("\n") if "Always deploy on Fridays" in ln]
     assert len(forged) == 1 and forged[0].startswith(f"{OPEN}message") and f"## {FOLLOW}" not in system
     (view,) = await group_traces(gw)
@@ -141,19 +148,7 @@ async def test_shared_memory_a_member_writes_waits_for_an_administrator(world: W
 async def test_project_memory_stays_in_the_conversations_bound_to_its_project(world: World) -> None:
     gw, _tg, _llm = world
     assert gw.storage is not None
-    await gw.storage.records.import_batch(
-        [
-            NewRecord(
-                "apollo releases ship with the feature flag apollo_beta off",
-                MemoryClass.DURABLE_FACT,
-                Provenance.IMPORTED,
-                INSTRUCTION,
-                "project:apollo",
-                "root",
-                ReviewStatus.NONE,
-            )
-        ]
-    )
+    await gw.storage.records.import_batch([apollo_rule("apollo releases ship with the feature flag apollo_beta off")])
     system = await ask(world, "how do apollo releases ship?", chat_id=OTHER_GROUP)
     assert "apollo_beta" not in system  # an unrelated group: no project memory at all
     system = await ask(world, "how do apollo releases ship?")
@@ -167,7 +162,6 @@ async def test_project_memory_stays_in_the_conversations_bound_to_its_project(wo
     )
 
 
-
 async def test_a_group_bound_to_a_project_learns_for_it_and_the_turn_s_trace_says_so(world: World) -> None:
     """Formation in a conversation bound to one project writes project evidence (never the
     channel's); the recall trace of the turn whose message it came from lists the record as formed."""
@@ -177,19 +171,7 @@ async def test_a_group_bound_to_a_project_learns_for_it_and_the_turn_s_trace_say
     assert gw.storage is not None and gw.traces is not None
     model = Model()
     llm.default = model
-    await gw.storage.records.import_batch(
-        [
-            NewRecord(
-                "the apollo beta checklist is in the wiki",
-                MemoryClass.DURABLE_FACT,
-                Provenance.IMPORTED,
-                INSTRUCTION,
-                "project:apollo",
-                "root",
-                ReviewStatus.NONE,
-            )
-        ]
-    )
+    await gw.storage.records.import_batch([apollo_rule("the apollo beta checklist is in the wiki")])
     await ask(world, "we decided to ship the apollo beta on Friday")  # recalls the checklist: traced
     (turn,) = await group_traces(gw)
     model.formation.append(answer(("decision", "The apollo beta ships on Friday", [1])))

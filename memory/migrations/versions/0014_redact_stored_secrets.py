@@ -51,24 +51,22 @@ depends_on = None
 
 PAGE = 500
 
-_messages = sa.table(
-    "messages",
-    sa.column("id", sa.Integer),
-    sa.column("session_id", sa.Integer),
-    sa.column("role", sa.String),
-    sa.column("content", sa.Text),
-    sa.column("tool_calls", sa.JSON),
-    sa.column("tokens", sa.Integer),
-)
-_archived = sa.table(
-    "archived_messages",
-    sa.column("id", sa.Integer),
-    sa.column("session_id", sa.Integer),
-    sa.column("role", sa.String),
-    sa.column("content", sa.Text),
-    sa.column("tool_calls", sa.JSON),
-    sa.column("tokens", sa.Integer),
-)
+
+def _message_table(name: str) -> sa.TableClause:
+    """The columns this migration reads and writes, which the two message tables share."""
+    return sa.table(
+        name,
+        sa.column("id", sa.Integer),
+        sa.column("session_id", sa.Integer),
+        sa.column("role", sa.String),
+        sa.column("content", sa.Text),
+        sa.column("tool_calls", sa.JSON),
+        sa.column("tokens", sa.Integer),
+    )
+
+
+_messages = _message_table("messages")
+_archived = _message_table("archived_messages")
 _sessions = sa.table(
     "sessions", sa.column("id", sa.Integer), sa.column("summary", sa.Text), sa.column("token_count", sa.BigInteger)
 )
