@@ -40,12 +40,21 @@ _HEADING_RUN = re.compile(r"(?:^|(?<=\s))#{2,}(?=\s)")  # "## Title" in the midd
 _KEEP_FORMAT = frozenset("\u200d")  # the zero-width joiner holds emoji sequences together
 
 
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+# The same mapping for ASCII text, where the only hidden characters are the C0 controls and DEL:
+# one str.translate instead of a category look-up per character (recall renders every turn).
+_ASCII_VISIBLE = {c: None for c in (*range(0x20), 0x7F)} | {ord(c): "\n" for c in _BREAKS if ord(c) < 0x80}
+_ASCII_VISIBLE[ord("\t")] = " "
+
+
 def _visible(text: str) -> str:
     """`text` without control and format characters (zero-width spaces, bidi overrides, …): they
     only hide text from a reader. Every kind of line break becomes a newline first."""
+    if text.isascii():
+        return text.translate(_ASCII_VISIBLE)
     out = []
     for c in text:
-        if c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029":
+        if c in _BREAKS:
             out.append("\n")
         elif c == "\t":
             out.append(" ")
