@@ -298,9 +298,11 @@ class SlackAdapter:
 
     def _register_listeners(self) -> None:
         app = self._app
+        # A mention comes as a `message` and an `app_mention` event (and a workspace may subscribe
+        # to app_mention alone): both normalize to the message's own identity, so the journal
+        # (`_accepted`) takes whichever comes first and refuses the other (see normalize.py).
         app.event("message")(self._on_message)
-        # Mentions are taken from `message` events (see normalize.py); the duplicate is only acked.
-        app.event("app_mention")(self._ack_only)
+        app.event("app_mention")(self._on_message)
         for name, _summary in self.services.commands:
             app.command(f"/{name}")(self._on_command)
         # Anything else Slack sends must still be acked, or it keeps redelivering it.

@@ -1,10 +1,18 @@
 """Slack payloads -> gateway events. Pure functions over the JSON Slack sends.
 
-Mentions: a channel message that @-mentions the bot arrives twice, as a `message` event and as
-an `app_mention` event (with different event ids). We take messages, mentions included, from
-`message` events only (the bot's "<@BOT>" in the text sets `mentions_bot`) and ignore
-`app_mention`: `message` also carries DMs, thread replies, edits and unmentioned group traffic,
-so the Slack app must subscribe to message.im / message.channels / message.groups / message.mpim.
+Identity: Slack may hand us one user message several times, each under an envelope event id of
+its own: as a `message` event and as an `app_mention` event when it mentions the bot, and once
+per subscription or authorization that covers it (shared channels, several installs); a retry
+after a lost acknowledgement comes on top. So a message's gateway event id is its platform
+identity, the conversation and the message's `ts` (see `_identity`), and the gateway's journal
+answers it once, whichever envelope comes first. An edit is an event of its own (the edited
+message's ts plus the edit's time), never a duplicate of the message it changes.
+
+Mentions: `app_mention` events are normalized like `message` events (same identity, same text
+cleaning, `mentions_bot` always set), so an app subscribed to `app_mention` alone answers
+mentions in channels. `message` events also carry DMs, thread replies, edits and unmentioned
+group traffic: those need the message.im / message.channels / message.groups / message.mpim
+subscriptions.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ _USER_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"
 _GROUP_TYPES = frozenset({"channel", "group", "mpim"})
 _MARKUP = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
 _SPACES = re.compile(r"[ \t]{2,}")
+_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,9}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +138,49 @@ def _is_from_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
     )
 
 
+def _identity(chat_id: str, ts: str, edit_stamp: str | None) -> str:
+    """The platform identity of a user message, or of one edit of it.
+
+    Slack gives every message a `ts` that is unique within its conversation and the same in every
+    event about it: the `message` and `app_mention` of one mention, a `thread_broadcast` (one
+    message shown in the thread and the channel), a `file_share`, each delivery per subscription.
+    Channel ids are unique across workspaces, and a shared channel keeps one id in every org, so
+    the pair needs no team. `client_msg_id` would not do: it is absent on some messages (apps,
+    workflows, some uploads), is chosen by the sending client rather than by Slack, and an edit
+    carries the original's, which would fold the edit into the message it changes."""
+    return f"{chat_id}:{ts}" if edit_stamp is None else f"{chat_id}:{ts}:edit:{edit_stamp}"
+
+
+def _ts(value: object) -> str | None:
+    """A Slack timestamp ("1718000100.000200"), or None. It is the dedupe key, so a value of any
+    other shape is not trusted to be unique (nor to keep the identity's parts apart)."""
+    ts = _str(value)
+    return ts if ts is not None and _TS.fullmatch(ts) else None
+
+
+def _resent_edit_stamp(event: Mapping[str, Any], edited: Mapping[str, Any]) -> str | None:
+    """When an edited message still mentions the bot, Slack sends its `app_mention` again: the
+    original `ts` plus an `edited` record. The edit's own time tells it from the original and from
+    other edits; the event's time is what `message_changed` carries for the same edit, and
+    `edited.ts` stands in when the event has none of its own."""
+    event_ts = _ts(event.get("event_ts"))
+    return event_ts if event_ts is not None and event_ts != _ts(event.get("ts")) else _ts(edited.get("ts"))
+
+
 def normalize_event(body: Mapping[str, Any], *, channel: str, bot: BotIdentity) -> MessageReceived | None:
-    """An Events API envelope (`event_callback`) -> MessageReceived, or None when it is not for us."""
+    """An Events API envelope (`event_callback`) with a `message` or `app_mention` event ->
+    MessageReceived, or None when it is not for us. See the module docstring for the event id."""
     event = body.get("event")
-    if body.get("type") != "event_callback" or not isinstance(event, Mapping) or event.get("type") != "message":
+    if body.get("type") != "event_callback" or not isinstance(event, Mapping):
+        return None
+    kind = event.get("type")
+    if kind not in ("message", "app_mention"):
         return None
     subtype = event.get("subtype")
     if subtype is not None and not isinstance(subtype, str):
         return None
-    edited = subtype == "message_changed"
-    if edited:
+    edit_stamp: str | None = None
+    if kind == "message" and subtype == "message_changed":
         message = event.get("message")
         previous = event.get("previous_message")
         if not isinstance(message, Mapping):
@@ -147,13 +189,21 @@ def normalize_event(body: Mapping[str, Any], *, channel: str, bot: BotIdentity) 
         # only a change of text is an edit someone made.
         if isinstance(previous, Mapping) and previous.get("text") == message.get("text"):
             return None
+        edit_stamp = _ts(event.get("ts")) or _ts(event.get("event_ts"))
+        if edit_stamp is None:
+            return None  # an edit we could not tell from the message or from its other edits
     elif subtype in _USER_SUBTYPES:
         message = event
+        edited = event.get("edited")
+        if isinstance(edited, Mapping):
+            edit_stamp = _resent_edit_stamp(event, edited)
+            if edit_stamp is None:
+                return None
     else:
         return None
     user = _str(message.get("user"))
     chat_id = _str(event.get("channel")) or _str(message.get("channel"))
-    ts = _str(message.get("ts"))
+    ts = _ts(message.get("ts"))
     if _is_from_bot(message, bot) or not user or not chat_id or not ts:
         return None
     thread_ts = _str(message.get("thread_ts"))
@@ -166,18 +216,16 @@ def normalize_event(body: Mapping[str, Any], *, channel: str, bot: BotIdentity) 
     team = (
         _str(message.get("user_team")) or _str(message.get("team")) or _str(body.get("team_id")) or bot.team_id or "?"
     )
-    platform_id = _str(body.get("event_id")) or (
-        f"{chat_id}:{ts}:edit:{event.get('ts')}" if edited else f"{chat_id}:{ts}"
-    )
     return MessageReceived(
-        event_id=f"{channel}:{platform_id}",
+        event_id=f"{channel}:{_identity(chat_id, ts, edit_stamp)}",
         ref=ref,
         sender=Actor(f"slack:{team}/{user}", _display_name(message)),
         text=text,
-        mentions_bot=mentioned or replies_to_bot,
+        # Slack sends app_mention only for a mention of the bot, whatever form the text takes.
+        mentions_bot=mentioned or replies_to_bot or kind == "app_mention",
         reply_to=MessageRef(ref, thread_id) if thread_id else None,
         attachments=_attachments(message),
-        edited=edited,
+        edited=edit_stamp is not None,
         raw=_without_token(body),
     )
 

@@ -24,6 +24,7 @@ from tests.fakes.slack import ApiError, FakeSlack, Hang, RateLimited, ServerErro
 
 COMMANDS = (("help", "list commands"), ("new", "start a new conversation"), ("reset", "same as /new"))
 DM = ConversationRef("slack", "D0DM1001", None, ConversationKind.DM)
+THREAD = "1690000000.000100"
 
 
 async def _no_history(_conv: ConversationRef, _identity: str) -> list[Any]:
@@ -59,6 +60,21 @@ class Running:
 Factory = Callable[..., Awaitable[Running]]
 
 
+class Journal:
+    """The gateway's journal as the adapter sees it (`ChannelServices.accept`): one event id once."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.refused: list[str] = []
+
+    async def accept(self, ev: MessageReceived) -> bool:
+        if ev.event_id in self.seen:
+            self.refused.append(ev.event_id)
+            return False
+        self.seen.add(ev.event_id)
+        return True
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSlack]:
     fake = await FakeSlack().start()
@@ -71,7 +87,12 @@ async def make(fake: FakeSlack) -> AsyncIterator[Factory]:
     made: list[Running] = []
 
     async def factory(
-        mode: str = "socket", *, start: bool = True, ping_interval: float | None = None, **overrides: Any
+        mode: str = "socket",
+        *,
+        start: bool = True,
+        ping_interval: float | None = None,
+        accept: Callable[[MessageReceived], Awaitable[bool]] | None = None,
+        **overrides: Any,
     ) -> Running:
         cfg: dict[str, Any] = {
             "bot_token": fake.bot_token,
@@ -83,7 +104,9 @@ async def make(fake: FakeSlack) -> AsyncIterator[Factory]:
         }
         config = SlackChannelConfig(**(cfg | overrides))
         http = web.Application()
-        services = ChannelServices(http=http, authenticate=lambda _t: None, history=_no_history, commands=COMMANDS)
+        services = ChannelServices(
+            http=http, authenticate=lambda _t: None, history=_no_history, commands=COMMANDS, accept=accept
+        )
         adapter = channels.create("slack", config, services)
         assert isinstance(adapter, SlackAdapter)
         if ping_interval is not None:
@@ -123,9 +146,10 @@ async def test_socket_start_checks_auth_then_connects(make: Factory, fake: FakeS
 
 async def test_dm_channel_and_thread_messages(make: Factory, fake: FakeSlack) -> None:
     running = await make()
-    dm_id = await fake.push_event(fake.message("D0DM1001", "hello there", user="U1001"))
+    message = fake.message("D0DM1001", "hello there", user="U1001")
+    await fake.push_event(message)
     dm = await running.next()
-    assert dm.event_id == f"slack:{dm_id}"
+    assert dm.event_id == f"slack:D0DM1001:{message['ts']}"  # the message's identity, not the envelope's
     assert dm.ref == ConversationRef("slack", "D0DM1001", None, ConversationKind.DM)
     assert dm.sender.identity == f"slack:{fake.team_id}/U1001"
     assert dm.text == "hello there" and not dm.mentions_bot
@@ -142,16 +166,50 @@ async def test_dm_channel_and_thread_messages(make: Factory, fake: FakeSlack) ->
     assert len(fake.acks) == 3  # every envelope acked
 
 
-async def test_mention_arrives_twice_but_is_delivered_once(make: Factory, fake: FakeSlack) -> None:
-    running = await make()
+@pytest.mark.parametrize("mention_first", [False, True])
+async def test_mention_arrives_twice_but_is_delivered_once(make: Factory, fake: FakeSlack, mention_first: bool) -> None:
+    journal = Journal()
+    running = await make(accept=journal.accept)
     message = fake.message("C0GROUP", f"<@{fake.bot_user_id}> what's new?", user="U1002")
-    await fake.push_event(message)
-    await fake.push_event(fake.app_mention(message))
+    pair = [message, fake.app_mention(message)]
+    for event in reversed(pair) if mention_first else pair:
+        await fake.push_event(event)
     await fake.push_event(fake.message("D0DM1001", "sentinel"))
     first = await running.next()
     assert first.mentions_bot and first.text == "what's new?"
+    assert first.event_id == f"slack:C0GROUP:{message['ts']}"
     assert (await running.next()).text == "sentinel"
     assert len(fake.acks) == 3
+    assert journal.refused == [first.event_id]  # the second of the pair was journaled as seen
+
+
+@pytest.mark.parametrize("mode", ["socket", "http"])
+async def test_app_mention_alone_is_delivered(make: Factory, fake: FakeSlack, mode: str) -> None:
+    # An app subscribed to app_mention only (no message.channels) still hears its mentions.
+    running = await make(mode)
+    message = fake.message("C0GROUP", f"hey <@{fake.bot_user_id}>  what's new?", user="U1002", thread_ts=THREAD)
+    mention = fake.app_mention(message)
+    if mode == "socket":
+        await fake.push_event(mention)
+    else:
+        assert (await post(running.url, *fake.signed_request(fake.event_body(mention))))[0] == 200
+    ev = await running.next()
+    assert ev.mentions_bot and ev.text == "hey what's new?"
+    assert ev.ref == ConversationRef("slack", "C0GROUP", THREAD, ConversationKind.GROUP)
+    assert ev.event_id == f"slack:C0GROUP:{message['ts']}"
+
+
+async def test_one_message_under_two_envelopes_is_one_event(make: Factory, fake: FakeSlack) -> None:
+    # Slack delivers a message once per subscription or authorization that covers it.
+    journal = Journal()
+    running = await make(accept=journal.accept)
+    message = fake.message("D0DM1001", "only once")
+    await fake.push_event(message, event_id="Ev0AUTH00001")
+    await fake.push_event(message, event_id="Ev0AUTH00002")
+    await fake.push_event(fake.message("D0DM1001", "sentinel"))
+    assert (await running.next()).text == "only once"
+    assert (await running.next()).text == "sentinel"
+    assert journal.refused == [f"slack:D0DM1001:{message['ts']}"]
 
 
 async def test_edit_is_delivered_with_its_own_event_id(make: Factory, fake: FakeSlack) -> None:
@@ -159,10 +217,24 @@ async def test_edit_is_delivered_with_its_own_event_id(make: Factory, fake: Fake
     original = fake.message("D0DM1001", "helo")
     await fake.push_event(original)
     first = await running.next()
-    await fake.push_event(fake.edited(original, "hello"))
+    changed = fake.edited(original, "hello")
+    await fake.push_event(changed)
     edit = await running.next()
     assert edit.edited and edit.text == "hello" and edit.event_id != first.event_id
+    assert edit.event_id == f"{first.event_id}:edit:{changed['ts']}"
     assert edit.ref == first.ref
+
+
+async def test_edited_mention_is_an_edit_not_its_message(make: Factory, fake: FakeSlack) -> None:
+    # Slack resends app_mention, with the original ts, when a message that mentions the bot is edited.
+    running = await make()
+    original = fake.message("C0GROUP", f"<@{fake.bot_user_id}> helo")
+    await fake.push_event(fake.app_mention(original))
+    first = await running.next()
+    await fake.push_event(fake.edited_mention(fake.edited(original, f"<@{fake.bot_user_id}> hello")))
+    edit = await running.next()
+    assert edit.edited and edit.mentions_bot and edit.text == "hello"
+    assert edit.event_id.startswith(f"{first.event_id}:edit:") and not first.edited
 
 
 async def test_own_and_other_bot_messages_are_ignored_but_acked(make: Factory, fake: FakeSlack) -> None:
@@ -182,7 +254,7 @@ async def test_socket_redelivery_keeps_the_event_id(make: Factory, fake: FakeSla
     await fake.push_event(event, event_id="Ev0SAME0001")
     await fake.push_event(event, event_id="Ev0SAME0001", retry_attempt=1)
     first, second = await running.next(), await running.next()
-    assert first.event_id == second.event_id == "slack:Ev0SAME0001"  # the gateway dedupes on it
+    assert first.event_id == second.event_id == f"slack:D0DM1001:{event['ts']}"  # the gateway dedupes on it
 
 
 async def test_slash_command_is_acked_and_delivered(make: Factory, fake: FakeSlack) -> None:
@@ -371,20 +443,23 @@ async def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str
 async def test_http_signed_event_is_processed(make: Factory, fake: FakeSlack) -> None:
     running = await make("http")
     assert fake.connected == 0 and not fake.calls_to("apps.connections.open")
-    body, headers = fake.signed_request(fake.event_body(fake.message("D0DM1001", "over http"), "Ev0HTTP0001"))
+    message = fake.message("D0DM1001", "over http")
+    body, headers = fake.signed_request(fake.event_body(message, "Ev0HTTP0001"))
     status, _ = await post(running.url, body, headers)
     assert status == 200
     ev = await running.next()
-    assert ev.text == "over http" and ev.event_id == "slack:Ev0HTTP0001"
+    assert ev.text == "over http" and ev.event_id == f"slack:D0DM1001:{message['ts']}"
 
 
 async def test_http_retry_has_the_same_event_id(make: Factory, fake: FakeSlack) -> None:
     running = await make("http")
-    payload = fake.event_body(fake.message("C0GROUP", "retry me"), "Ev0HTTP0002")
+    message = fake.message("C0GROUP", "retry me")
+    payload = fake.event_body(message, "Ev0HTTP0002")
     for retry in (None, 1):
         body, headers = fake.signed_request(payload, retry_num=retry)
         assert (await post(running.url, body, headers))[0] == 200
-    assert (await running.next()).event_id == (await running.next()).event_id == "slack:Ev0HTTP0002"
+    event_ids = {(await running.next()).event_id, (await running.next()).event_id}
+    assert event_ids == {f"slack:C0GROUP:{message['ts']}"}
 
 
 @pytest.mark.parametrize("variant", ["bad_signature", "stale"])

@@ -480,6 +480,12 @@ class FakeSlack:
         keys = ("user", "text", "ts", "team", "channel", "event_ts", "client_msg_id", "blocks", "thread_ts")
         return {"type": "app_mention"} | {k: message[k] for k in keys if k in message}
 
+    def edited_mention(self, edit: dict[str, Any]) -> dict[str, Any]:
+        """The `app_mention` Slack sends again when a message that mentions the bot is edited
+        (`edit` is the `message_changed` event): the original ts, the new text, an `edited` record."""
+        changed = edit["message"] | {"channel": edit["channel"], "event_ts": edit["event_ts"]}
+        return self.app_mention(changed) | {"edited": changed["edited"]}
+
     def command_payload(
         self,
         command: str,

@@ -84,9 +84,11 @@ class World:
         await self.gw.llm.ready()
         return self.gw
 
-    async def slack_dm(self, text: str, *, event_id: str | None = None, retry_num: int | None = None) -> str:
+    async def slack_dm(
+        self, text: str, *, event_id: str | None = None, retry_num: int | None = None, ts: str | None = None
+    ) -> str:
         assert self.gw is not None
-        event = self.slack.message("D0DM1001", text, user=SLACK_USER)
+        event = self.slack.message("D0DM1001", text, user=SLACK_USER, ts=ts)
         event["channel_type"] = "im"
         body = self.slack.event_body(event, event_id)
         raw, headers = self.slack.signed_request(body, retry_num=retry_num)
@@ -186,9 +188,10 @@ async def test_redelivered_telegram_update_gets_no_second_reply(world: World) ->
 
 
 async def test_slack_retry_gets_no_second_reply(world: World) -> None:
-    event_id = await world.slack_dm("are you there?")
+    ts = world.slack.next_ts()  # a retry is the same event: the same message ts under the same event id
+    event_id = await world.slack_dm("are you there?", ts=ts)
     await world.slack.wait_posted(1)
-    await world.slack_dm("are you there?", event_id=event_id, retry_num=1)
+    await world.slack_dm("are you there?", event_id=event_id, retry_num=1, ts=ts)
     assert world.gw is not None
     await until(lambda: _metric(world.gw, "clawgate_inbound_duplicates_total", "slack") >= 1)
     assert len(world.llm.requests) == 1
