@@ -18,7 +18,7 @@ import channels
 from gateway import console
 from gateway.auth import TokenAuth
 from gateway.commands import COMMANDS
-from gateway.config import Config
+from gateway.config import Config, TelegramChannelConfig, WebChannelConfig
 from gateway.config_load import secret_values
 from gateway.console.service import ConsoleService
 from gateway.consolidation import CONSOLIDATE_JOB, Consolidator
@@ -39,7 +39,7 @@ from gateway.recall import TurnRecall, embedder_from_config
 from gateway.recall_trace import TraceRecorder
 from gateway.reload import Reloader, llm_settings
 from gateway.router import Router
-from gateway.server import add_ops_routes, build_app
+from gateway.server import HostPolicy, MetricsAccess, add_ops_routes, build_app
 from gateway.session_memory import SessionMemory
 from gateway.tools import CURRENT_TIME, ToolRegistry
 from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
@@ -49,6 +49,7 @@ from memory.leases import SessionLeases
 from memory.presets import PresetStore
 from memory.storage import Storage
 from memory.traces import TraceStore
+from memory.write_check import WriteCheck
 
 log = logging.getLogger("clawgate.app")
 
@@ -73,6 +74,7 @@ class Gateway:
         self.secrets: list[str] = []
         self.openai_api: OpenAIApi | None = None
         self.console: ConsoleService | None = None
+        self.write_check: WriteCheck | None = None
         # With the file it came from, config.yaml is reloaded on SIGHUP or when it changes.
         self.reloader = Reloader(self, config_path) if config_path is not None else None
         self._runner: web.AppRunner | None = None
@@ -110,7 +112,7 @@ class Gateway:
 
         web_cfgs = self.config.web_channels()
         max_body = max((c.max_message_bytes for c in web_cfgs.values()), default=64 * 1024) + 64 * 1024
-        app = build_app(max_body)
+        app = build_app(max_body, host_policy(self.config))
         services = ChannelServices(
             http=app,
             authenticate=self.auth,
@@ -174,7 +176,8 @@ class Gateway:
         self.openai_api = OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body)
         self.openai_api.mount(app)
         self.console = console.mount(app, self, memory, core, secrets)
-        add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render)
+        add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render, metrics_access=metrics_access(web_cfgs))
+        self.write_check = WriteCheck(storage.db, self.config.storage.data_dir, self._instance_name())
 
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -183,6 +186,10 @@ class Gateway:
             await site.start()
             self._sites.append(site)
             event(log, "web_listening", channel=name, url=self.url_for(site))
+        # What a crash left unanswered goes first: its places in line are taken before any channel
+        # can deliver a new message (with leases, the journal's order is kept by the sweep below).
+        unfinished = await self.router.unfinished() if self.router.leases is None else []
+        places = self.router.reserve(unfinished)
         for adapter in self.adapters.values():
             await adapter.start(self.router.handle)
         self._ready = True
@@ -202,7 +209,11 @@ class Gateway:
         if self.router.leases is not None:  # several instances may share the database
             period = max(1.0, self.config.storage.session_lease_seconds / 3)
             self._background.append(asyncio.create_task(self.router.sweep_forever(period)))
-        resumed = await self.router.resume_unfinished()
+        self._background.append(asyncio.create_task(self._watch_storage()))
+        if self.router.leases is None:
+            resumed = self.router.resume(unfinished, places)
+        else:
+            resumed = await self.router.resume_unfinished()
         if resumed:
             event(log, "gateway_resumed_events", count=resumed)
 
@@ -216,12 +227,15 @@ class Gateway:
             raise RuntimeError("the gateway is not started")
         return await self.router.replay(ev)
 
+    def _instance_name(self) -> str:
+        return self.config.storage.instance_name or f"{socket.gethostname()}:{os.getpid()}"
+
     def _leases(self, storage: Storage) -> SessionLeases | None:
         """Session leases in the database when other instances may share it (not on SQLite)."""
         if not storage.db.shared:
             return None
         cfg = self.config.storage
-        name = cfg.instance_name or f"{socket.gethostname()}:{os.getpid()}"
+        name = self._instance_name()
         event(log, "session_leases_on", instance=name, lease_seconds=cfg.session_lease_seconds)
         return SessionLeases(storage.db, name, cfg.session_lease_seconds)
 
@@ -258,15 +272,20 @@ class Gateway:
 
     async def run_until_signal(self) -> None:
         """Run until SIGINT or SIGTERM, then let turns in flight finish for up to
-        `shutdown.timeout_seconds`. SIGHUP reloads config.yaml (with a config file)."""
+        `shutdown.timeout_seconds`. With a config file, SIGHUP reloads config.yaml and SIGUSR1
+        reloads it even when it takes every user, token or the model away: `clawgate reload
+        [--force]` sends them to the process named by `<data_dir>/clawgate.pid`, written here."""
         loop = asyncio.get_running_loop()
         handlers = {signal.SIGINT: self._stopping.set, signal.SIGTERM: self._stopping.set}
         if hasattr(signal, "SIGHUP"):
             handlers[signal.SIGHUP] = self._reload_signal
+            handlers[signal.SIGUSR1] = self._forced_reload_signal
         for sig, handler in handlers.items():
             loop.add_signal_handler(sig, handler)
+        pid_file: Path | None = None
         try:
             await self.start()
+            pid_file = self._write_pid_file()
             if self._sites:
                 print(f"clawgate is running: open {self.url} to chat (Ctrl+C stops it)", file=sys.stderr, flush=True)
                 signing_in = (
@@ -276,18 +295,49 @@ class Gateway:
                 )
                 print(f"web console: {self.url}/console ({signing_in})", file=sys.stderr, flush=True)
             await self._stopping.wait()
+            self._remove_pid_file(pid_file)  # a reload asked for from now on would go unanswered
+            pid_file = None
             deadline = self.config.shutdown.timeout_seconds
             event(log, "gateway_stopping", deadline_seconds=deadline)
             await self.stop(deadline)
         finally:
+            self._remove_pid_file(pid_file)
             for sig in handlers:
                 loop.remove_signal_handler(sig)
 
-    def _reload_signal(self) -> None:
+    def _reload_signal(self, force: bool = False) -> None:
         if self.reloader is None or not self._ready:
             event(log, "config_reload_skipped", reason="no config file" if self.reloader is None else "not running")
             return
-        self.reloader.trigger("sighup")
+        self.reloader.trigger("sigusr1" if force else "sighup", force=force)
+
+    def _forced_reload_signal(self) -> None:
+        self._reload_signal(force=True)
+
+    def _write_pid_file(self) -> Path | None:
+        """Where `clawgate reload` finds this process. Not being able to write it is no reason to
+        stop serving: SIGHUP still reloads."""
+        from gateway.reload_files import write_pid_file
+
+        try:
+            return write_pid_file(self.config.storage.data_dir)
+        except OSError as exc:
+            event(
+                log,
+                "pid_file_not_written",
+                logging.WARNING,
+                data_dir=self.config.storage.data_dir,
+                error=exc.strerror or type(exc).__name__,
+                hint=f"clawgate reload cannot find this gateway; kill -HUP {os.getpid()} reloads",
+            )
+            return None
+
+    @staticmethod
+    def _remove_pid_file(path: Path | None) -> None:
+        from gateway.reload_files import remove_pid_file
+
+        if path is not None:
+            remove_pid_file(path)
 
     async def _index_daily_files(self) -> None:
         """Daily files edited by hand (or written before a crash) are found again: index what changed."""
@@ -359,9 +409,28 @@ class Gateway:
 
     async def _readiness(self) -> tuple[bool, dict[str, Any]]:
         storage_ok = self.storage is not None and await self.storage.ping()
+        unwritable = await self.write_check.problem() if storage_ok and self.write_check is not None else None
         chans = {name: a.health().ok for name, a in self.adapters.items()}
-        ok = self._ready and storage_ok and all(chans.values())
-        return ok, {"storage": storage_ok, "channels": chans, "model_loaded": self.llm.loaded}
+        ok = self._ready and storage_ok and unwritable is None and all(chans.values())
+        detail: dict[str, Any] = {"storage": storage_ok, "writable": storage_ok and unwritable is None}
+        if unwritable is not None:
+            detail["problem"] = unwritable
+        return ok, {**detail, "channels": chans, "model_loaded": self.llm.loaded}
+
+    async def _watch_storage(self, every: float = 2.0) -> None:
+        """While the storage cannot be written (a write failed, or readiness found it so), look
+        again every `every` seconds; once it can, answer what was put off meanwhile."""
+        assert self.router is not None and self.write_check is not None
+        while True:
+            await asyncio.sleep(every)
+            if self.write_check.last is None:
+                continue
+            event(log, "storage_unwritable", logging.ERROR, problem=self.write_check.last)
+            while (problem := await self.write_check.problem()) is not None:
+                log.debug("storage still unwritable: %s", problem)
+                await asyncio.sleep(every)
+            resumed = await self.router.resume_unfinished()
+            event(log, "storage_writable_again", resumed=resumed)
 
     async def _history(self, ref: ConversationRef, identity: str) -> list[HistoryItem]:
         assert self.storage is not None and self.router is not None
@@ -369,3 +438,18 @@ class Gateway:
         key = self.router.session_key_for(ref, user)
         msgs = await self.storage.sessions.history(key)
         return [HistoryItem("notice" if m.author == NOTICE_AUTHOR else m.role, m.content) for m in msgs]
+
+
+def host_policy(config: Config) -> HostPolicy:
+    """The Host names the web server answers (DNS rebinding, gateway/server.py): where the web
+    channels listen and are published, and where Telegram calls its webhooks."""
+    webs = config.web_channels().values()
+    urls = [c.public_url for c in webs if c.public_url]
+    urls += [c.webhook_url for c in config.channels.values() if isinstance(c, TelegramChannelConfig) and c.webhook_url]
+    names = [name for c in webs for name in c.allowed_hosts]
+    return HostPolicy.build([c.host for c in webs], urls, names)
+
+
+def metrics_access(webs: dict[str, WebChannelConfig]) -> MetricsAccess:
+    tokens = tuple(c.metrics.token.get_secret_value() for c in webs.values() if c.metrics.token is not None)
+    return MetricsAccess(tokens, public=any(c.metrics.public for c in webs.values()))

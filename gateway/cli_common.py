@@ -7,12 +7,12 @@ import argparse
 import asyncio
 import dataclasses
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.config import Config
-from gateway.config_load import ConfigError, load_config
+from gateway.config_load import ConfigError, load_config, parse_config
 
 if TYPE_CHECKING:
     from memory.storage import Storage
@@ -41,6 +41,43 @@ def load_or_report(path: Path) -> Config | None:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return None
+
+
+class Problem(Protocol):
+    def render(self) -> str: ...
+
+
+def report(source: str, problems: Sequence[Problem]) -> None:
+    """Problems on stderr as a config that did not load shows them: a heading, one line each."""
+    lines = [f"{source}: {len(problems)} problem(s):"] + [f"  - {p.render()}" for p in problems]
+    print("\n".join(lines), file=sys.stderr)
+
+
+def data_dir_of(path: Path) -> tuple[Path, bool] | None:
+    """storage.data_dir of the config at `path`, and whether the whole file loaded. A file that does
+    not validate still names it (the running gateway is asked to reload that file and says what is
+    wrong); one that says nothing of it gets the default. None after a file that cannot be read
+    at all, or a data_dir that is not valid, was reported on stderr."""
+    import yaml  # type: ignore[import-untyped]
+
+    try:
+        return load_config(path).storage.data_dir, True
+    except ConfigError as exc:
+        if any(p.path == "(file)" for p in exc.problems):  # missing or unreadable
+            print(exc, file=sys.stderr)
+            return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = None
+    storage = data.get("storage") if isinstance(data, dict) else None
+    named = storage.get("data_dir") if isinstance(storage, dict) else None
+    try:
+        config = parse_config({"storage": {"data_dir": named}} if named is not None else {}, str(path))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return None
+    return config.storage.data_dir, False
 
 
 def with_storage(config: Config, work: Callable[[Storage], Coroutine[Any, Any, int]]) -> int:

@@ -79,6 +79,14 @@ class StorageConfig(_Strict):
         return f"sqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
 
 
+class MetricsConfig(_Strict):
+    """Who may read /metrics: this machine always; with `token`, anyone sending it as a bearer
+    token (a Prometheus elsewhere); with `public: true`, anyone at all."""
+
+    token: Annotated[SecretStr, Field(min_length=16)] | None = None
+    public: bool = False
+
+
 class WebChannelConfig(_Strict):
     type: Literal["web"] = "web"
     enabled: bool = True
@@ -92,6 +100,13 @@ class WebChannelConfig(_Strict):
     # The address people open when a TLS proxy or load balancer sits in front, e.g.
     # https://chat.example.com: the console then accepts that origin and marks its cookie Secure.
     public_url: str | None = None
+    # More names this server is reached by (an internal DNS name, a second domain). Loopback names,
+    # the bind address, public_url's host and Telegram's webhook_url host are known already: a
+    # request for any other Host is refused (421), which keeps DNS-rebinding pages out.
+    allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9.-]+$")]] = Field(
+        default_factory=list
+    )
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 
     @field_validator("public_url")
     @classmethod

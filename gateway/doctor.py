@@ -14,6 +14,8 @@ they wait on the network, so they run at the same time, each within `--timeout`.
 
 Doctor only reads: it never migrates the database, never creates the SQLite file, never loads the
 embedding model (model id, prefixes, dimension and floor come from the config and the manifest).
+The disk check makes the checks `clawgate run` makes before it starts (gateway/preflight.py), which
+create one empty file in a folder and delete it again: the only sure sign a folder can be written.
 Asking a model is one request of one output token. `--offline` asks neither platforms nor models.
 Secrets are never shown: the database URL's password is masked, and every configured secret is
 replaced by *** in whatever a check reports."""
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from gateway import preflight
 from gateway.config import Config
 from gateway.config_load import ConfigError, load_config, secret_values
 from gateway.doctor_channels import NETWORK_TYPES, probe_channel
@@ -311,15 +314,14 @@ def human_bytes(n: float) -> str:
 def _free_space(data_dir: Path) -> tuple[Path, int, int]:
     """(the directory measured, free bytes, total bytes): data_dir, or the nearest existing parent
     when it is not created yet (the disk it will be on)."""
-    where = data_dir
-    while not where.exists() and where != where.parent:
-        where = where.parent
+    where = preflight.nearest_existing(data_dir)
     usage = shutil.disk_usage(where)
     return where, usage.free, usage.total
 
 
 async def check_disk(ctx: Context) -> Result:
-    data_dir = ctx.config().storage.data_dir
+    config = ctx.config()
+    data_dir = config.storage.data_dir
     where, free, total = await asyncio.to_thread(_free_space, data_dir)
     status = disk_status(free)
     note = "" if where == data_dir else f" (storage.data_dir {data_dir} does not exist yet)"
@@ -330,7 +332,14 @@ async def check_disk(ctx: Context) -> Result:
             f"under {human_bytes(DISK_WARN_BYTES)} is a warning, under {human_bytes(DISK_FAIL_BYTES)} a failure)"
         )
     detail = f"{human_bytes(free)} free of {human_bytes(total)} at {where}{note}"
-    return Result(status, detail, hint, data={"path": str(where), "free_bytes": free, "total_bytes": total})
+    data = {"path": str(where), "free_bytes": free, "total_bytes": total}
+    # The checks `clawgate run` makes before it starts, creating nothing.
+    unwritable = await asyncio.to_thread(preflight.storage_problems, config, create=False)
+    if unwritable:
+        lines = tuple(p.render() for p in unwritable)
+        detail += f"; {len(lines)} place(s) the gateway cannot write"
+        return Result("fail", detail, "each line says what to do", lines=lines, data=data)
+    return Result(status, detail, hint, data=data)
 
 
 # --- embeddings and recall ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import errno
 import socket
 
 import channels
-from gateway.config import AnyChannelConfig, Config, WebChannelConfig
+from gateway.config import AnyChannelConfig, Config, SlackChannelConfig, WebChannelConfig
 from gateway.probe import Finding, FindingStatus, Probe, short
 
 NETWORK_TYPES = channels.PROBED_TYPES  # probes that ask a platform
@@ -102,12 +102,34 @@ async def _listening(p: Probe, cfg: WebChannelConfig) -> tuple[str, FindingStatu
     return "in_use", "fail", f"{where} is taken by another program ({other})", hint
 
 
+def unpublished(p: Probe, cfg: WebChannelConfig) -> str | None:
+    """A hint when people or platforms reach this web channel at an address it does not know: it
+    answers only loopback names, its own address and public_url's host (DNS rebinding)."""
+    if cfg.public_url:
+        return None
+    if not cfg.is_loopback:
+        return (
+            f"bound beyond loopback without {p.setting('public_url')}: set it to the https:// address people "
+            "open, or a TLS proxy in front cannot sign in to the console and requests for that name are refused (421)"
+        )
+    chats = p.config.channels.values()
+    slack_http = any(isinstance(c, SlackChannelConfig) and c.enabled and c.mode == "http" for c in chats)
+    if slack_http and not cfg.allowed_hosts:
+        return (
+            f"Slack's HTTP events come to the address of its Request URL: set {p.setting('public_url')} to it "
+            f"(or list its host in {p.setting('allowed_hosts')}), or the gateway refuses them (421)"
+        )
+    return None
+
+
 async def probe_web(p: Probe, cfg: WebChannelConfig) -> Finding:
     state, status, place, hint = await _listening(p, cfg)
     anyone, who = web_access(p.config, cfg)
     if status == "ok" and not anyone:
         status = "warn"
         hint = f"nobody can sign in: give a user tokens (users.<id>.tokens) or set {p.setting('allow_local_anonymous')}"
+    elif status == "ok" and (missing := unpublished(p, cfg)) is not None:
+        status, hint = "warn", missing
     return Finding(status, f"{place}; {who}", hint, {"host": cfg.host, "port": cfg.port, "state": state})
 
 

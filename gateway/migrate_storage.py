@@ -60,7 +60,7 @@ from sqlalchemy.types import NullType, TypeEngine
 
 from gateway.doctor import mask_url
 from memory import schema
-from memory.db import Database, known_revisions, migrate_in
+from memory.db import Database, StorageUnwritable, known_revisions, migrate_in
 from memory.vectors import prepare_indexes
 
 BATCH = 1000  # rows per read and per INSERT
@@ -237,6 +237,8 @@ async def _bring_up_to_date(source: str, path: Path) -> tuple[str, str | None]:
             return current, None
         await db.migrate()
         return head, current
+    except StorageUnwritable as error:
+        raise MigrateError(f"cannot bring {path} up to date: {error.reason}") from None
     except exc.OperationalError as error:
         if _is_locked(error):
             raise _locked(path) from None

@@ -14,15 +14,18 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.auth import TokenAuth
 from gateway.config import AgentConfig, Config
+from gateway.http_input import BadJson, BodyTooLarge, parse_json, read_body
 from gateway.llm import Restart, TextDelta
 from gateway.logs import event
 from gateway.metrics import Metrics
-from gateway.ports import SessionBusy
+from gateway.ports import SessionBusy, Throttled
 from gateway.router import Router
 from gateway.session_memory import FlushTarget
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, TurnResult, build_messages
+from memory.db import StorageUnwritable
 from memory.sessions import Message
 from memory.storage import Storage
 from memory.tokens import estimate_tokens
@@ -31,10 +34,11 @@ log = logging.getLogger("clawgate.openai_api")
 _ROLES = {"system", "user", "assistant", "developer"}
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> web.HTTPException:
+def _error(
+    status: int, message: str, kind: str, code: str | None = None, headers: dict[str, str] | None = None
+) -> web.HTTPException:
     body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
-    cls = web.HTTPException
-    exc = cls(text=body, content_type="application/json")
+    exc = web.HTTPException(text=body, content_type="application/json", headers=headers)
     exc.set_status(status)
     return exc
 
@@ -58,7 +62,7 @@ class OpenAIApi:
         engine: TurnEngine,
         router: Router,
         metrics: Metrics,
-        authenticate: Any,
+        authenticate: TokenAuth,
         max_bytes: int,
     ) -> None:
         self.config = config
@@ -75,7 +79,11 @@ class OpenAIApi:
 
     def _user(self, request: web.Request) -> str:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        user = self.authenticate(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        try:
+            user = self.authenticate(token.strip(), request.remote) if scheme.lower() == "bearer" else None
+        except Throttled as exc:
+            retry = {"Retry-After": str(max(1, round(exc.retry_after)))}
+            raise _error(429, str(exc), "rate_limit_error", "too_many_failed_attempts", retry) from None
         if user is None:
             raise _error(401, "missing or invalid bearer token", "invalid_request_error", "invalid_api_key")
         return str(user)
@@ -91,15 +99,13 @@ class OpenAIApi:
         return web.json_response({"object": "list", "data": data})
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
-        if request.content_length is not None and request.content_length > self.max_bytes:
-            raise _error(413, f"request too large: the limit is {self.max_bytes} bytes", "invalid_request_error")
-        raw = await request.content.read(self.max_bytes + 1)
-        if len(raw) > self.max_bytes:
-            raise _error(413, f"request too large: the limit is {self.max_bytes} bytes", "invalid_request_error")
         try:
-            body = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise _error(400, "the body must be valid UTF-8 JSON", "invalid_request_error") from None
+            body = parse_json(await read_body(request, self.max_bytes))
+        except BodyTooLarge:
+            message = f"request too large: the limit is {self.max_bytes} bytes"
+            raise _error(413, message, "invalid_request_error") from None
+        except BadJson as exc:
+            raise _error(400, str(exc), "invalid_request_error") from None
         if not isinstance(body, dict):
             raise _error(400, "the body must be a JSON object", "invalid_request_error")
         return body
@@ -124,6 +130,14 @@ class OpenAIApi:
         return out
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._chat_completions(request)
+        except StorageUnwritable as exc:
+            retry = {"Retry-After": "30"}
+            message = f"the gateway cannot save anything right now ({exc.reason}); try again later"
+            raise _error(503, message, "service_unavailable", "storage_unwritable", retry) from None
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         user_id = self._user(request)
         body = await self._body(request)
         model_name = body.get("model") or "default"

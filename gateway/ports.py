@@ -57,6 +57,26 @@ class SessionBusy(Exception):
     """The sink refused an event: too many messages already wait in that session (back-pressure)."""
 
 
+class Unavailable(Exception):
+    """The sink cannot take or answer an event now (its storage cannot be written): `reason` in
+    plain words. An event already journaled is kept and answered once the gateway can again; HTTP
+    callers get a 503 and may retry (with the same idempotency key, to get that answer)."""
+
+    def __init__(self, reason: str, retry_after: float = 30.0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class Throttled(Exception):
+    """Too many failed sign-ins with this credential or from this address lately: try again after
+    `retry_after` seconds. A valid credential is never refused this way."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"too many failed attempts; try again in {max(1, round(retry_after))} s")
+        self.retry_after = retry_after
+
+
 class Adapter(Protocol):
     name: str
     capabilities: Capabilities
@@ -89,7 +109,8 @@ class ChannelServices:
     """
 
     http: object
-    authenticate: Callable[[str | None], str | None]  # bearer token -> user id, or None
+    # (bearer token, the client's address) -> user id, or None; raises Throttled after many failures
+    authenticate: Callable[[str | None, str | None], str | None]
     history: Callable[[ConversationRef, str], Awaitable[list[HistoryItem]]]  # (conversation, identity)
     # Chat commands (name, one-line summary) to register where the platform has a command menu.
     commands: tuple[tuple[str, str], ...] = ()

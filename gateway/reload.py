@@ -10,24 +10,36 @@ and left as it runs, so the config every part sees is the one that is in force.
 
 A turn already under way finishes with the settings it started with (TurnEngine reads its config
 once per turn); the next one gets the new ones.
+
+A file is read only once it holds still (two reads a debounce apart find it the same), so a file an
+editor or `cp` is still writing is never parsed half-way. A valid file that would take every user,
+every token or the model away (the usual shape of a truncated or emptied file) is refused: the
+gateway keeps its last good config until the operator forces it (`clawgate reload --force`, which
+sends SIGUSR1). Each outcome is written to `<data_dir>/reload-status.json`, where `clawgate reload`
+reads it; it finds the gateway by `<data_dir>/clawgate.pid`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
-from gateway.config import AIConfig, ChatChannelConfig, Config
+from gateway.config import AgentConfig, AIConfig, ChatChannelConfig, Config
 from gateway.config_load import ConfigError, ConfigProblem, load_config, secret_values
 from gateway.logs import event, setup_logging
+from gateway.reload_files import STATUS_FILE, write_atomically
+from gateway.turn import model_chain
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -38,6 +50,9 @@ log = logging.getLogger("clawgate.reload")
 # editor may write a file in several steps).
 POLL_SECONDS = 2.0
 DEBOUNCE_SECONDS = 0.5
+# A file still changing after this long is not read at all (`clawgate reload` waits 10 s in all).
+SETTLE_SECONDS = 5.0
+RECENT_OUTCOMES = 5  # kept in the status file, so a reload asked for is not hidden by a later one
 
 KeyPath = tuple[str, ...]
 
@@ -175,6 +190,58 @@ def plan_reload(running: Config, new: Config) -> ReloadPlan:
     return ReloadPlan(effective, tuple(map(render, live)), tuple(map(render, restart)), problems)
 
 
+# -- what a reload must not take away (pure) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: str  # stable, for the log: empty_document, no_users, no_tokens, no_model
+    words: str  # what is wrong with the new file, in plain words
+
+
+def empty_document(data: bytes) -> bool:
+    """Does the file hold nothing: no bytes, only comments, `{}` or null?"""
+    try:
+        return yaml.safe_load(data.decode("utf-8")) in (None, {})
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return False  # a file that does not parse is reported as such by the loader
+
+
+def _token_count(config: Config) -> int:
+    return sum(len(user.tokens) for user in config.users.values())
+
+
+def _has_model(config: Config, agent: AgentConfig) -> bool:
+    return bool(model_chain(config, agent))  # the models a turn of this agent would try
+
+
+def refusals(running: Config, new: Config, *, empty: bool) -> list[Refusal]:
+    """Why `new` must not replace `running` unless forced: it is empty, or it takes every user,
+    every token, `ai.model` or an agent's only model away. Empty: the new file may be applied."""
+    if empty:
+        return [Refusal("empty_document", "the file is empty (nothing but comments, {} or null)")]
+    found: list[Refusal] = []
+    if running.users and not new.users:
+        found.append(Refusal("no_users", f"it declares no users (the running config has {len(running.users)})"))
+    tokens = _token_count(running)
+    if tokens and not _token_count(new):
+        found.append(Refusal("no_tokens", f"no user has a token any more (the running config has {tokens})"))
+    lost: list[str] = []
+    if running.ai.model and not new.ai.model:
+        lost.append("ai.model is gone")
+    # The first agent answers every conversation that names none; the others are matched by name.
+    pairs = [(running.agents.list[0], new.agents.list[0])] if running.agents.list and new.agents.list else []
+    by_name = {a.name: a for a in new.agents.list}
+    pairs += [(a, by_name[a.name]) for a in running.agents.list if a.name in by_name]
+    for before, after in pairs:
+        words = f"agent {after.name} would have no model"
+        if words not in lost and _has_model(running, before) and not _has_model(new, after):
+            lost.append(words)
+    if lost:
+        found.append(Refusal("no_model", "; ".join(lost)))
+    return found
+
+
 # -- the file --------------------------------------------------------------------------------------
 
 
@@ -185,14 +252,36 @@ class Fingerprint:
     sha256: str
 
 
-def fingerprint(path: Path) -> Fingerprint | None:
-    """What the file is now; None when it cannot be read (an editor may be replacing it)."""
+@dataclass(frozen=True)
+class Snapshot:
+    """The file as one read found it; `fingerprint` None when it could not be read."""
+
+    fingerprint: Fingerprint | None
+    data: bytes = b""
+
+
+def snapshot(path: Path) -> Snapshot:
     try:
         data = path.read_bytes()
         st = path.stat()
     except OSError:
-        return None
-    return Fingerprint(st.st_mtime_ns, len(data), hashlib.sha256(data).hexdigest())
+        return Snapshot(None)
+    return Snapshot(Fingerprint(st.st_mtime_ns, len(data), hashlib.sha256(data).hexdigest()), data)
+
+
+def fingerprint(path: Path) -> Fingerprint | None:
+    """What the file is now; None when it cannot be read (an editor may be replacing it)."""
+    return snapshot(path).fingerprint
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """config.yaml as it stood, still, while it was read: its config or why it has none."""
+
+    fingerprint: Fingerprint | None
+    config: Config | None
+    error: ConfigError | None
+    empty: bool
 
 
 # -- applying --------------------------------------------------------------------------------------
@@ -232,10 +321,14 @@ async def apply(gw: Gateway, config: Config) -> None:
 @dataclass
 class Outcome:
     at: datetime
-    trigger: str
-    result: str  # applied, waiting_for_restart (only such changes), unchanged, failed
-    changed: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    trigger: str  # file, sighup, sigusr1 (a forced reload), or what a caller named
+    result: str  # applied, waiting_for_restart (only such changes), unchanged, refused, failed
+    changed: list[str] = field(default_factory=list)  # the sections that changed now
+    errors: list[str] = field(default_factory=list)  # failed: each problem's path and reason
+    reason: str = ""  # refused: why, in plain words
+    restart: list[str] = field(default_factory=list)  # the changed paths that wait for a restart
+    forced: bool = False
+    file_sha256: str | None = None  # of the file read: `clawgate reload` tells apart two reloads of one file
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -244,6 +337,10 @@ class Outcome:
             "result": self.result,
             "changed": self.changed,
             "errors": self.errors,
+            "reason": self.reason or None,
+            "restart": self.restart,
+            "forced": self.forced,
+            "file_sha256": self.file_sha256,
         }
 
 
@@ -254,16 +351,19 @@ class Reloader:
         path: Path,
         poll_seconds: float = POLL_SECONDS,
         debounce_seconds: float = DEBOUNCE_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
     ) -> None:
         self.gateway = gateway
         self.path = Path(path)
         self.poll_seconds = poll_seconds
         self.debounce_seconds = debounce_seconds
+        self.settle_seconds = settle_seconds
         self._seen = fingerprint(self.path)  # the file as it was last read
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Outcome]] = set()
         self.loaded_at = datetime.now(UTC)
         self.last: Outcome | None = None
+        self.recent: list[Outcome] = []  # the latest outcomes, oldest first
         self.attempts = 0
         self.needs_restart: tuple[str, ...] = ()
 
@@ -275,9 +375,9 @@ class Reloader:
             "needs_restart": list(self.needs_restart),
         }
 
-    def trigger(self, why: str) -> None:
+    def trigger(self, why: str, *, force: bool = False) -> None:
         """Reload soon (a signal handler cannot wait)."""
-        task = asyncio.get_running_loop().create_task(self.reload(why))
+        task = asyncio.get_running_loop().create_task(self.reload(why, force=force))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -287,39 +387,58 @@ class Reloader:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5)
 
-    async def reload(self, trigger: str) -> Outcome:
-        """Read the file and apply what can change now; an invalid file changes nothing."""
+    async def reload(self, trigger: str, *, force: bool = False) -> Outcome:
+        """Read the file and apply what can change now; an invalid file changes nothing, and
+        neither does one that takes every user, token or the model away unless `force`."""
         async with self._lock:
             try:
-                return await self._reload(trigger)
+                outcome = await self._reload(trigger, force)
             except Exception as exc:  # a bug here must not take the watcher (or the gateway) down
                 log.debug("config reload traceback", exc_info=True)
-                return self._failed(trigger, [ConfigProblem("(reload)", None, f"internal error: {type(exc).__name__}")])
-            finally:
-                self.attempts += 1  # finished attempts (tests wait on it)
+                problem = ConfigProblem("(reload)", None, f"internal error: {type(exc).__name__}")
+                outcome = self._failed(trigger, [problem], force)
+            self.recent = [*self.recent, outcome][-RECENT_OUTCOMES:]
+            await asyncio.to_thread(self._write_status)
+            self.attempts += 1  # finished attempts, their outcome written (tests wait on it)
+            return outcome
 
-    async def _reload(self, trigger: str) -> Outcome:
-        self._seen = await asyncio.to_thread(fingerprint, self.path)
-        try:
-            new = await asyncio.to_thread(load_config, self.path)
-        except ConfigError as exc:
-            return self._failed(trigger, exc.problems)
+    async def _reload(self, trigger: str, force: bool) -> Outcome:
+        loaded = await self._load()
+        if loaded is None:
+            return self._unsettled(trigger, force)
+        self._seen = loaded.fingerprint
+        outcome = await self._use(loaded, trigger, force)
+        outcome.file_sha256 = loaded.fingerprint.sha256 if loaded.fingerprint is not None else None
+        return outcome
+
+    async def _use(self, loaded: Loaded, trigger: str, force: bool) -> Outcome:
+        """Apply the file read, what of it can apply now, unless it is invalid or refused."""
+        if loaded.config is None:
+            assert loaded.error is not None
+            return self._failed(trigger, loaded.error.problems, force)
+        new = loaded.config
         # New secrets are redacted from the logs before anything of the new file is logged.
         secrets = self.gateway.secrets
         secrets.extend(s for s in secret_values(new) if s not in secrets)
         setup_logging(self.gateway.config.logging.level, secrets)
         if self.gateway.session_memory is not None:  # the daily files keep a copy
             self.gateway.session_memory.daily.secrets = tuple(secrets)
+        refused = refusals(self.gateway.config, new, empty=loaded.empty)
+        if refused and not force:
+            return self._refused(trigger, refused)
+        if refused:
+            reason = ",".join(r.code for r in refused)
+            event(log, "config_reload_forced", logging.WARNING, trigger=trigger, reason=reason, file=self.path)
         plan = plan_reload(self.gateway.config, new)
         if plan.problems:
-            return self._failed(trigger, plan.problems)
+            return self._failed(trigger, plan.problems, force)
         ignored = set(self.gateway.config.unread_keys())
         if plan.live:
             try:
                 await apply(self.gateway, plan.config)
             except Exception as exc:  # the database refused the declared users: nothing was swapped
                 problem = ConfigProblem("users", None, f"could not be saved ({type(exc).__name__})")
-                return self._failed(trigger, [problem])
+                return self._failed(trigger, [problem], force)
             setup_logging(plan.config.logging.level, self.gateway.secrets)
             self.loaded_at = datetime.now(UTC)
             event(log, "config_reloaded", trigger=trigger, changed=",".join(plan.sections))
@@ -332,10 +451,79 @@ class Reloader:
         if plan.restart:
             event(log, "config_reload_needs_restart", logging.WARNING, trigger=trigger, paths=",".join(plan.restart))
         result = "applied" if plan.live else "waiting_for_restart" if plan.restart else "unchanged"
-        self.last = Outcome(datetime.now(UTC), trigger, result, plan.sections)
+        restart = list(plan.restart)
+        self.last = Outcome(datetime.now(UTC), trigger, result, plan.sections, restart=restart, forced=force)
         return self.last
 
-    def _failed(self, trigger: str, problems: Sequence[ConfigProblem]) -> Outcome:
+    async def _load(self) -> Loaded | None:
+        """The file once it holds still, read by the project's loader; None when it is still being
+        written after `settle_seconds`. It is looked at again after it was read: a write that came
+        meanwhile (the loader may have read a half) means another wait."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settle_seconds
+        while True:
+            settled = await self._settled(give_up)
+            if settled is None:
+                return None
+            config: Config | None = None
+            error: ConfigError | None = None
+            try:
+                config = await asyncio.to_thread(load_config, self.path)
+            except ConfigError as exc:
+                error = exc
+            if await asyncio.to_thread(fingerprint, self.path) == settled.fingerprint:
+                empty = settled.fingerprint is not None and empty_document(settled.data)
+                return Loaded(settled.fingerprint, config, error, empty)
+            if loop.time() >= give_up:
+                return None
+
+    async def _settled(self, give_up: float) -> Snapshot | None:
+        """The file once two reads a debounce apart find it the same (time, size and content);
+        None when that has not happened by `give_up` (the event loop's clock)."""
+        loop = asyncio.get_running_loop()
+        before = await asyncio.to_thread(snapshot, self.path)
+        while True:
+            await asyncio.sleep(self.debounce_seconds)
+            now = await asyncio.to_thread(snapshot, self.path)
+            if now.fingerprint == before.fingerprint:
+                return now
+            if loop.time() >= give_up:
+                return None
+            before = now
+
+    def _unsettled(self, trigger: str, force: bool) -> Outcome:
+        waited = f"{self.settle_seconds:g} s"
+        event(
+            log,
+            "config_reload_skipped",
+            logging.WARNING,
+            reason="file_still_changing",
+            trigger=trigger,
+            file=self.path,
+            waited=waited,
+            kept="the running config",
+        )
+        error = f"(file): still being written after {waited} (it kept changing), so it was not read"
+        self.last = Outcome(datetime.now(UTC), trigger, "failed", errors=[error], forced=force)
+        return self.last
+
+    def _refused(self, trigger: str, refused: Sequence[Refusal]) -> Outcome:
+        # Codes and counts only: the file's values (tokens among them) are never logged.
+        event(
+            log,
+            "config_reload_refused",
+            logging.WARNING,
+            reason=",".join(r.code for r in refused),
+            trigger=trigger,
+            file=self.path,
+            kept="the last good config",
+            force="clawgate reload --force",
+        )
+        words = f"{self.path} was not applied: " + "; ".join(r.words for r in refused)
+        self.last = Outcome(datetime.now(UTC), trigger, "refused", reason=words)
+        return self.last
+
+    def _failed(self, trigger: str, problems: Sequence[ConfigProblem], force: bool = False) -> Outcome:
         # Paths and reasons only: a value may be a secret or a password in a database URL.
         errors = [f"{p.path}: {p.reason}" for p in problems]
         event(
@@ -348,12 +536,25 @@ class Reloader:
             errors="; ".join(errors),
             kept="the last good config",
         )
-        self.last = Outcome(datetime.now(UTC), trigger, "failed", errors=errors)
+        self.last = Outcome(datetime.now(UTC), trigger, "failed", errors=errors, forced=force)
         return self.last
+
+    def _write_status(self) -> None:
+        """The latest outcomes to `<data_dir>/reload-status.json`, for `clawgate reload` (best
+        effort: the reload itself has happened; a failure is logged)."""
+        path = self.gateway.config.storage.data_dir / STATUS_FILE
+        data = {"pid": os.getpid(), **self.status(), "recent": [o.to_json() for o in self.recent]}
+        try:
+            write_atomically(path, json.dumps(data, indent=2) + "\n")
+        except OSError as exc:
+            event(
+                log, "reload_status_not_written", logging.WARNING, file=path, error=exc.strerror or type(exc).__name__
+            )
 
     async def watch(self) -> None:
         """Reload when the file changes (its time, size or content). A file replaced by rename is
-        read by its path, so it is seen too; one that is briefly missing is waited for."""
+        read by its path, so it is seen too; one that is briefly missing is waited for; one being
+        written is read once it holds still (`reload` waits for that)."""
         missing = False
         while True:
             await asyncio.sleep(self.poll_seconds)
@@ -364,9 +565,5 @@ class Reloader:
                 missing = True
                 continue
             missing = False
-            if now == self._seen:
-                continue
-            await asyncio.sleep(self.debounce_seconds)
-            if await asyncio.to_thread(fingerprint, self.path) != now:
-                continue  # still being written: look again at the next poll
-            await self.reload("file")
+            if now != self._seen:
+                await self.reload("file")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from gateway.events import (
     ConversationKind,
     ConversationRef,
     MessageReceived,
+    OutboundMessage,
     event_from_payload,
     event_to_payload,
     utcnow,
@@ -27,12 +28,14 @@ from gateway.events import (
 from gateway.logs import event
 from gateway.memory_service import MemoryService
 from gateway.metrics import Metrics
-from gateway.ports import Adapter, DeliveryError, KeyReused, RecordedReply, SessionBusy
+from gateway.ports import Adapter, DeliveryError, KeyReused, RecordedReply, SessionBusy, Unavailable
 from gateway.recall import TurnMemory, TurnRecall
 from gateway.recall_trace import TraceRecorder
 from gateway.session_memory import FlushTarget, SessionMemory
 from gateway.tools import ToolContext
 from gateway.turn import TurnEngine, build_messages
+from gateway.turnstile import Place, Turnstile
+from memory.db import StorageUnwritable
 from memory.identities import User
 from memory.journal import PendingEvent
 from memory.leases import Lease, SessionLeases
@@ -46,12 +49,11 @@ log = logging.getLogger("clawgate.router")
 MAX_ATTEMPTS = 3
 BUSY = "I'm still working through your earlier messages. Please send this one again in a moment."
 APOLOGY = "Sorry, I could not process your message because of an internal error. Please send it again."
-
-
-@dataclass(slots=True)
-class _Slot:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
+NOT_TAKEN = "Sorry, I can't take messages right now: {reason}. Please send yours again in a little while."
+DEFERRED = (
+    "I can't save anything right now ({reason}), so I can't answer yet. "
+    "I've kept your message and will answer it once I can."
+)
 
 
 class Router:
@@ -84,7 +86,10 @@ class Router:
         self.delivery = delivery
         self.adapters = adapters
         self.metrics = metrics
-        self._slots: dict[str, _Slot] = {}
+        # Every conversation's (and shared session's) messages, in the order they arrived.
+        self._line = Turnstile()
+        self._active: Counter[str] = Counter()  # event ids this process is handling right now
+        self._told: set[str] = set()  # notices sent while the storage could not be written
         self._limiter = commands.AttemptLimiter()
         self._declared = config.declared_identities()
         self._inflight: set[asyncio.Task[None]] = set()
@@ -104,66 +109,83 @@ class Router:
 
     @asynccontextmanager
     async def session_slot(self, key: str, *, leased: bool = True) -> AsyncIterator[None]:
-        """One turn at a time in session `key`: in this process, and across instances (the
-        session's lease, unless the caller holds it already: `leased=False`)."""
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = _Slot()
-        if slot.users >= self.config.session.max_pending_per_session:
-            raise SessionBusy(key)
-        slot.users += 1
-        self.metrics.queue_depth.inc()
+        """One turn at a time in session `key`, in the order callers came: in this process, and
+        across instances (the session's lease, unless the caller holds it already: `leased=False`)."""
+        place = self._line.join(key)
         try:
-            async with slot.lock, AsyncExitStack() as stack:
+            if self._busy(place):
+                raise SessionBusy(key)
+            await self._turn_of(place)
+            async with AsyncExitStack() as stack:
                 if self.leases is not None and leased:
                     await stack.enter_async_context(self.leases.hold(key))
-                self.metrics.queue_depth.dec()
-                try:
-                    yield
-                finally:
-                    self.metrics.queue_depth.inc()
+                yield
+        finally:
+            place.leave()
+
+    async def _turn_of(self, place: Place) -> None:
+        if not place.ahead:
+            return
+        self.metrics.queue_depth.inc()
+        try:
+            await place.wait()
         finally:
             self.metrics.queue_depth.dec()
-            slot.users -= 1
-            if slot.users == 0:
-                del self._slots[key]
 
-    def busy(self, ev: MessageReceived) -> bool:
-        slot = self._slots.get(ev.ref.session_key)
-        pending = slot.users if slot is not None else 0
+    def _busy(self, place: Place) -> bool:
+        pending = place.ahead
         if self.leases is not None:  # with leases, a session's turns wait for its lease first
-            pending = max(pending, self.leases.waiting(ev.ref.session_key))
+            pending = max(pending, self.leases.waiting(place.key))
         return pending >= self.config.session.max_pending_per_session
+
+    @contextmanager
+    def _acting(self, event_id: str) -> Iterator[None]:
+        """`event_id` is being handled here: a resume after a storage outage leaves it alone."""
+        self._active[event_id] += 1
+        try:
+            yield
+        finally:
+            self._active[event_id] -= 1
+            if not self._active[event_id]:
+                del self._active[event_id]
 
     async def handle(self, ev: MessageReceived) -> None:
         """The adapters' sink. Returns when the reply is delivered (or the event was a duplicate)."""
+        # Its place in the conversation's line is taken now, before any await: the order of arrival.
+        place = self._line.join(ev.ref.session_key)
         task = asyncio.current_task()
-        if task is None:
-            await self._handle(ev)
-            return
-        self._inflight.add(task)
+        if task is not None:
+            self._inflight.add(task)
         try:
-            await self._handle(ev)
+            with self._acting(ev.event_id):
+                await self._handle(ev, place)
         finally:
-            self._inflight.discard(task)
+            place.leave()
+            if task is not None:
+                self._inflight.discard(task)
 
-    async def _handle(self, ev: MessageReceived) -> None:
+    async def _handle(self, ev: MessageReceived, place: Place) -> None:
         adapter = self.adapters[ev.ref.channel]
-        busy = self.busy(ev)
+        busy = self._busy(place)
         if busy:
             self.metrics.rejected.labels(ev.ref.channel, "busy").inc()
             if not self._chat(ev.ref.channel):
                 raise SessionBusy(ev.ref.session_key)  # HTTP callers get a 429 and retry
         if ev.event_id in self._accepted:
             self._accepted.discard(ev.event_id)
-        elif not await self.accept(ev, keep=False):
-            return
+        else:
+            try:
+                if not await self.accept(ev, keep=False):
+                    return
+            except StorageUnwritable as exc:
+                await self._not_taken(adapter, ev, exc.reason)
+                return
         if busy:
             # A chat platform cannot retry for us: tell the person instead of dropping the message.
             event(log, "inbound_busy", logging.WARNING, channel=ev.ref.channel, event_id=ev.event_id)
             await self._answer(adapter, ev, BUSY, "refused")
             return
-        await self._process(ev, adapter)
+        await self._process(ev, adapter, place)
 
     async def accept(self, ev: MessageReceived, *, keep: bool = True) -> bool:
         """Journal `ev`; False when it was seen before. Webhook channels call this before they
@@ -189,8 +211,13 @@ class Router:
             raise KeyReused(ev.event_id)
         if found[0] == "received":
             if self.leases is None:
+                # The first try is this process's: it holds its place until it is done. One still
+                # unfinished after that was put off (the storage could not be written): answer it now.
                 async with self.session_slot(ev.ref.session_key):
-                    pass  # the first try is this process's: it holds the slot until it is done
+                    found = await self.storage.journal.journaled(ev.event_id)
+                    if found is not None and found[0] == "received" and ev.event_id not in self._active:
+                        with self._acting(ev.event_id):
+                            await self._resume(found[1], ev)
             else:
                 async with self.leases.hold(ev.ref.session_key) as lease:
                     assert lease is not None
@@ -275,7 +302,8 @@ class Router:
     def _chat(self, channel: str) -> bool:
         return isinstance(self.config.channels.get(channel), ChatChannelConfig)
 
-    async def _process(self, ev: MessageReceived, adapter: Adapter) -> None:
+    async def _process(self, ev: MessageReceived, adapter: Adapter, place: Place) -> None:
+        await self._turn_of(place)
         if self.leases is None:
             await self._process_one(ev, adapter)
             return
@@ -333,9 +361,10 @@ class Router:
         if not await self._admit(ev, adapter, user, parsed is not None):
             return
         outcome = "ok"
-        # With leases, the caller holds the conversation's; a person's DM session spanning
+        unavailable: Unavailable | None = None
+        # The caller holds the conversation's place (and lease); a person's DM session spanning
         # conversations (session.dm_scope per_user) needs its own as well.
-        async with self.session_slot(key, leased=key != ev.ref.session_key):
+        async with self.session_slot(key) if key != ev.ref.session_key else nullcontext():
             try:
                 if parsed is not None:
                     ctx = commands.CommandContext(
@@ -354,6 +383,9 @@ class Router:
                     outcome = "command"
                 else:
                     outcome = await self._turn(ev, adapter, user, key)
+            except StorageUnwritable as exc:
+                outcome = "deferred"
+                unavailable = await self._defer(adapter, ev, exc.reason)
             except Exception as exc:
                 # A bug or a storage failure: tell the person, and do not retry this event forever.
                 outcome = "error"
@@ -379,6 +411,41 @@ class Router:
             outcome=outcome,
             ms=(time.perf_counter() - started) * 1000,
         )
+        if unavailable is not None:
+            raise unavailable
+
+    async def _not_taken(self, adapter: Adapter, ev: MessageReceived, reason: str) -> None:
+        """`ev` could not be journaled (the storage cannot be written), so it is not kept: an HTTP
+        caller gets Unavailable (a 503, and retries); a person on a chat platform is told to send
+        it again, since the platform will not."""
+        event(log, "inbound_not_journaled", logging.ERROR, channel=ev.ref.channel, event_id=ev.event_id, reason=reason)
+        if not self._chat(ev.ref.channel):
+            raise Unavailable(f"the gateway cannot save messages right now: {reason}")
+        await self._tell(adapter, ev, NOT_TAKEN.format(reason=reason), "not-taken")
+
+    async def _defer(self, adapter: Adapter, ev: MessageReceived, reason: str) -> Unavailable | None:
+        """`ev` is journaled but its turn could not be kept (the storage cannot be written): it stays
+        unfinished in the journal and is answered once writes work again (`resume_unfinished`). What
+        the HTTP caller is to get, or None once a chat person was told."""
+        event(log, "turn_deferred", logging.ERROR, channel=ev.ref.channel, event_id=ev.event_id, reason=reason)
+        if not self._chat(ev.ref.channel):
+            return Unavailable(f"the gateway cannot save messages right now: {reason}; your message is kept")
+        await self._tell(adapter, ev, DEFERRED.format(reason=reason), "deferred")
+        return None
+
+    async def _tell(self, adapter: Adapter, ev: MessageReceived, text: str, why: str) -> None:
+        """A notice sent once (per event and process) without an outbound record, nothing being
+        writable now: a restart could only repeat this notice, never a reply."""
+        key = f"{ev.event_id}:{why}"
+        if key in self._told:
+            return
+        if len(self._told) > 10_000:  # a long outage: forget the oldest ones' notices
+            self._told.clear()
+        self._told.add(key)
+        try:
+            await adapter.send(OutboundMessage(ev.ref, text, key, ev.event_id))
+        except Exception as exc:  # the notice is a courtesy: the event's fate does not depend on it
+            event(log, "notice_failed", logging.WARNING, channel=ev.ref.channel, why=why, error=type(exc).__name__)
 
     async def _answer(
         self, adapter: Adapter, ev: MessageReceived, text: str, status: str = "done", key: str | None = None
@@ -483,7 +550,8 @@ class Router:
         return access.audience(cfg if isinstance(cfg, ChatChannelConfig) else None, ref)
 
     async def resume_unfinished(self) -> int:
-        """Answer events a crash left unfinished: finish recorded replies, re-run the rest.
+        """Answer events a crash (or an outage of the storage) left unfinished: finish recorded
+        replies, re-run the rest.
 
         With instances sharing the database, a chat session's events are answered under its lease
         (a session another instance is working on is left to it) and in order; web requests are
@@ -491,10 +559,30 @@ class Router:
         """
         if self.leases is not None:
             return await self.sweep(grace=0.0)
-        pending = await self.storage.journal.unfinished()
-        for p in pending:
-            self.spawn(self._resume(p))
+        return self.resume(await self.unfinished())
+
+    async def unfinished(self) -> list[PendingEvent]:
+        """The journal's unfinished events, oldest first, but those being handled here right now."""
+        return [p for p in await self.storage.journal.unfinished() if p.event_id not in self._active]
+
+    def reserve(self, pending: list[PendingEvent]) -> list[Place]:
+        """Places for `pending` in their conversations' lines, taken now: a message arriving after
+        this call is answered after them (start-up reserves before the channels connect)."""
+        return [self._line.join(p.session_key) for p in pending]
+
+    def resume(self, pending: list[PendingEvent], places: list[Place] | None = None) -> int:
+        """Answer `pending` (oldest first), each in its place (`reserve`d now unless given)."""
+        for p, place in zip(pending, self.reserve(pending) if places is None else places, strict=True):
+            self.spawn(self._resume_in_line(p, place))
         return len(pending)
+
+    async def _resume_in_line(self, pending: PendingEvent, place: Place) -> None:
+        try:
+            with self._acting(pending.event_id):
+                await self._turn_of(place)
+                await self._resume(pending)
+        finally:
+            place.leave()
 
     async def sweep(self, grace: float) -> int:
         """Shared database: take on the chat sessions with events waiting longer than `grace`

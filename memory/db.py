@@ -15,8 +15,9 @@ SQLAlchemy async (`AsyncConnection.run_sync`), where a pool of connections does 
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar, TypeVarTuple
@@ -26,6 +27,12 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+# Operating-system errors of the same kind, in the same words (gateway/preflight.py says them too).
+OS_UNWRITABLE = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+}
 
 Runner = Literal["auto", "thread", "async"]
 MIGRATION_LOCK = 0x636C6177  # "claw": the advisory lock key schema migrations take on PostgreSQL
@@ -35,6 +42,51 @@ Ts = TypeVarTuple("Ts")
 
 class DatabaseClosed(RuntimeError):
     """Work was handed to a Database after close()."""
+
+
+class StorageUnwritable(RuntimeError):
+    """A write the storage refused because it cannot be written at all (a full disk, a read-only
+    file or file system, a server out of space), as opposed to a conflict or a bug: the same write
+    can succeed once the operator frees space. `reason` says which, in plain words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# SQLite's primary result codes (the low byte of an extended code) that mean the file cannot be
+# written, and what to call them.
+_SQLITE_UNWRITABLE = {
+    13: "the disk is full",
+    8: "the database is read-only",
+    10: "a disk I/O error",
+    14: "the database file cannot be opened",
+}
+# PostgreSQL SQLSTATEs of the same kind.
+_PG_UNWRITABLE = {
+    "53100": "the database server's disk is full",
+    "53200": "the database server is out of memory",
+    "25006": "the database is read-only",
+}
+
+
+def unwritable_reason(err: BaseException) -> str | None:
+    """Why `err` (from a write) means the storage cannot be written now; None for any other error.
+    Decided by the driver's error code, never by the message."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        code = getattr(current, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in _SQLITE_UNWRITABLE:
+            return _SQLITE_UNWRITABLE[code & 0xFF]
+        state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(state, str) and state in _PG_UNWRITABLE:
+            return _PG_UNWRITABLE[state]
+        if isinstance(current, OSError) and current.errno in OS_UNWRITABLE:
+            return OS_UNWRITABLE[current.errno]
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    return None
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -139,6 +191,8 @@ class Database:
             raise ValueError(f"the thread runner is for SQLite only, not {parsed.get_backend_name()}")
         self.runner: Literal["thread", "async"] = ("thread" if sqlite else "async") if runner == "auto" else runner
         self._closed = False
+        # Why the last write failed because the storage could not be written; None once one succeeds.
+        self.unwritable: str | None = None
         self._engine: Engine | None = None
         self._async_engine: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
@@ -185,7 +239,11 @@ class Database:
 
     async def write(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
         """Run `fn(conn, *args)` in one transaction, committed when it returns, rolled back (and
-        the exception re-raised) when it raises."""
+        the exception re-raised) when it raises. A storage that cannot be written raises
+        StorageUnwritable (and `unwritable` says why until a write succeeds again)."""
+        return await self._noting_unwritable(self._write(fn, *args))
+
+    async def _write(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
         if self._async_engine is not None:
             self._check_open()
             async with self._async_engine.begin() as conn:
@@ -196,11 +254,28 @@ class Database:
         """`write` for a `fn` that runs exactly one statement: a statement is a transaction of its
         own, so on PostgreSQL it runs in autocommit, without the BEGIN and COMMIT round trips (the
         journal's inserts and the session leases, several times a turn)."""
-        if self._reader is not None:
-            self._check_open()
-            async with self._reader.connect() as conn:
-                return await conn.run_sync(fn, *args)
-        return await self.write(fn, *args)
+        if self._reader is None:
+            return await self.write(fn, *args)
+        return await self._noting_unwritable(self._autocommit(self._reader, fn, *args))
+
+    async def _autocommit(self, engine: AsyncEngine, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
+        self._check_open()
+        async with engine.connect() as conn:
+            return await conn.run_sync(fn, *args)
+
+    async def _noting_unwritable(self, work: Awaitable[T]) -> T:
+        """`work`, a write: a failure that means the storage cannot be written becomes
+        StorageUnwritable and is noted in `unwritable`; a success clears it."""
+        try:
+            result = await work
+        except Exception as err:
+            reason = unwritable_reason(err)
+            if reason is None:
+                raise
+            self.unwritable = reason
+            raise StorageUnwritable(reason) from err
+        self.unwritable = None
+        return result
 
     async def read(self, fn: Callable[[Connection, *Ts], T], *args: *Ts) -> T:
         """Run `fn(conn, *args)` on a connection without committing anything."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Insert, bindparam, func, insert, select, update
@@ -24,6 +24,7 @@ from memory.db import Database
 from memory.redact import redact
 from memory.schema import inbound_events, outbound
 
+_TICK = timedelta(microseconds=1)
 # Every turn runs these; built once so a call only binds parameters (bindparam names must differ
 # from column names).
 _RECORD = insert(inbound_events)
@@ -57,6 +58,11 @@ class PendingEvent:
     channel: str
     payload: dict[str, Any]
     attempts: int
+    session_key: str  # the conversation's key, as journaled
+
+
+def _pending(r: Any) -> PendingEvent:
+    return PendingEvent(r.event_id, r.channel, r.payload, r.attempts, r.session_key)
 
 
 def finish_in(
@@ -101,14 +107,16 @@ def _outbound_row(conn: Connection, key: str) -> tuple[str, str | None] | None:
 
 def _journaled(conn: Connection, event_id: str) -> tuple[str, PendingEvent] | None:
     r = conn.execute(select(inbound_events).where(inbound_events.c.event_id == event_id)).first()
-    return None if r is None else (str(r.status), PendingEvent(r.event_id, r.channel, r.payload, r.attempts))
+    return None if r is None else (str(r.status), _pending(r))
 
 
 def _unfinished(conn: Connection) -> list[PendingEvent]:
     rows = conn.execute(
-        select(inbound_events).where(inbound_events.c.status == "received").order_by(inbound_events.c.received_at)
+        select(inbound_events)
+        .where(inbound_events.c.status == "received")
+        .order_by(inbound_events.c.received_at, inbound_events.c.event_id)
     ).all()
-    return [PendingEvent(r.event_id, r.channel, r.payload, r.attempts) for r in rows]
+    return [_pending(r) for r in rows]
 
 
 def _unfinished_in(conn: Connection, session_key: str) -> list[PendingEvent]:
@@ -117,7 +125,7 @@ def _unfinished_in(conn: Connection, session_key: str) -> list[PendingEvent]:
         .where(inbound_events.c.status == "received", inbound_events.c.session_key == session_key)
         .order_by(inbound_events.c.received_at, inbound_events.c.event_id)
     ).all()
-    return [PendingEvent(r.event_id, r.channel, r.payload, r.attempts) for r in rows]
+    return [_pending(r) for r in rows]
 
 
 def _waiting_sessions(conn: Connection, before: datetime, channels: list[str]) -> list[str]:
@@ -160,6 +168,14 @@ class Journal:
     def __init__(self, db: Database, secrets: Sequence[str] = ()) -> None:
         self._db = db
         self._secrets = secrets  # the gateway's configured secrets: a reload extends the list in place
+        self._last_at = datetime.min.replace(tzinfo=UTC)
+
+    def _arrival(self) -> datetime:
+        """Now, but later than any event this process journaled before: events are resumed in
+        `received_at` order, and two that arrive within one microsecond must keep theirs."""
+        at = max(utcnow(), self._last_at + _TICK)
+        self._last_at = at
+        return at
 
     async def record(self, event_id: str, channel: str, session_key: str, payload: dict[str, Any]) -> bool:
         """Journal an inbound event before it is processed. False when it was seen before."""
@@ -169,7 +185,7 @@ class Journal:
             "session_key": session_key,
             "payload": payload,
             "status": "received",
-            "received_at": utcnow(),
+            "received_at": self._arrival(),
             "attempts": 0,
         }
         try:

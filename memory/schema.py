@@ -410,3 +410,12 @@ session_leases = Table(
     Column("instance", String(128), nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
 )
+
+# Each instance's last proof that the database takes writes (Storage.check_writable): a row per
+# instance, rewritten when /readyz asks, so a full disk is found before a person's message is.
+write_checks = Table(
+    "write_checks",
+    metadata,
+    Column("instance", String(128), primary_key=True),
+    Column("checked_at", UTCDateTime, nullable=False),
+)

@@ -16,11 +16,29 @@ from aiohttp import WSMsgType, web
 
 from gateway.config import WebChannelConfig
 from gateway.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.http_input import BadJson, BodyTooLarge, is_local_request, parse_json, read_body
 from gateway.logs import event
-from gateway.ports import Capabilities, ChannelServices, EventSink, Health, KeyReused, SessionBusy
+from gateway.ports import (
+    Capabilities,
+    ChannelServices,
+    EventSink,
+    Health,
+    KeyReused,
+    SessionBusy,
+    Throttled,
+    Unavailable,
+)
 
 log = logging.getLogger("clawgate.channels.web")
 STATIC = Path(__file__).with_name("static")
+# The chat page's script and styles are files of their own: nothing inline runs or applies.
+PAGE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 _CONV_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -90,6 +108,8 @@ class WebAdapter:
         app = services.http
         assert isinstance(app, web.Application)
         app.router.add_get("/", self._index)
+        app.router.add_get("/chat.js", self._script)
+        app.router.add_get("/chat.css", self._style)
         app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_get("/ws", self._ws)
         app.router.add_post("/api/v1/messages", self._post_message)
@@ -159,16 +179,18 @@ class WebAdapter:
         return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
     def _api_user(self, request: web.Request) -> str:
-        user = self.services.authenticate(self._bearer(request))
+        try:
+            user = self.services.authenticate(self._bearer(request), request.remote)
+        except Throttled as exc:
+            raise _json_error(429, str(exc), {"Retry-After": _seconds(exc.retry_after)}) from None
         if user is None:
             raise _json_error(401, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
         return user
 
     def _local_visitor(self, request: web.Request) -> bool:
-        peer = request.remote or ""
-        return (
-            self.config.allow_local_anonymous and self.config.is_loopback and peer in ("127.0.0.1", "::1", "localhost")
-        )
+        """A visitor on this machine, who may chat without a token: a loopback peer that asked for
+        a loopback name (a DNS-rebinding page is a loopback peer too, under a name of its own)."""
+        return self.config.allow_local_anonymous and self.config.is_loopback and is_local_request(request)
 
     def _event(
         self, user_id: str, conv: str | None, text: str, event_id: str | None, wants_stream: bool = True
@@ -218,39 +240,29 @@ class WebAdapter:
     # -- HTTP handlers ---------------------------------------------------------------------------
 
     async def _index(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(
-            STATIC / "index.html",
-            headers={
-                "Cache-Control": "no-cache",
-                "Content-Security-Policy": "default-src 'self'; connect-src 'self'; "
-                "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'",
-                "X-Content-Type-Options": "nosniff",
-            },
-        )
+        return self._static("index.html")
+
+    async def _script(self, request: web.Request) -> web.StreamResponse:
+        return self._static("chat.js")
+
+    async def _style(self, request: web.Request) -> web.StreamResponse:
+        return self._static("chat.css")
+
+    def _static(self, name: str) -> web.StreamResponse:
+        return web.FileResponse(STATIC / name, headers=PAGE_HEADERS)
 
     async def _favicon(self, request: web.Request) -> web.Response:
         return web.Response(status=204, headers={"Cache-Control": "max-age=86400"})
 
     async def _read_json(self, request: web.Request) -> dict[str, Any]:
-        limit = self.config.max_message_bytes + 4096
-        if request.content_length is not None and request.content_length > limit:
-            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
-        # One read() returns what has arrived so far, not the whole body: a body sent in pieces
-        # (chunked, or a slow link) must be read to its end, or to just past the limit.
-        raw = bytearray()
-        while len(raw) <= limit:
-            chunk = await request.content.read(limit + 1 - len(raw))
-            if not chunk:
-                break
-            raw += chunk
-        if len(raw) > limit:
-            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes")
         try:
-            body = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise _json_error(400, "the body is not valid UTF-8") from None
-        except ValueError as exc:
-            raise _json_error(400, f"malformed JSON: {exc.args[0] if exc.args else exc}") from None
+            raw = await read_body(request, self.config.max_message_bytes + 4096)
+        except BodyTooLarge:
+            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes") from None
+        try:
+            body = parse_json(raw)
+        except BadJson as exc:
+            raise _json_error(400, str(exc)) from None
         if not isinstance(body, dict):
             raise _json_error(400, "the body must be a JSON object")
         return body
@@ -284,6 +296,8 @@ class WebAdapter:
             raise _json_error(422, "this Idempotency-Key was already used for a different message") from None
         except SessionBusy:
             raise _json_error(429, "too many messages waiting in this conversation", {"Retry-After": "2"}) from None
+        except Unavailable as exc:
+            raise _json_error(503, exc.reason, {"Retry-After": _seconds(exc.retry_after)}) from None
         return web.json_response(
             {"reply": reply.text, "session": ev.ref.session_key, "message_id": reply.message_id},
             headers={"Idempotent-Replayed": "true"} if reply.replayed else None,
@@ -317,10 +331,11 @@ class WebAdapter:
                         break
                     continue
                 try:
-                    frame = json.loads(msg.data)
-                    if not isinstance(frame, dict):
-                        raise ValueError("frame must be an object")
-                except ValueError:
+                    frame = parse_json(msg.data, what="the frame")
+                except BadJson as exc:
+                    await ws.send_json({"type": "error", "error": f"malformed frame: {exc}"})
+                    continue
+                if not isinstance(frame, dict):
                     await ws.send_json({"type": "error", "error": "malformed frame: send JSON objects"})
                     continue
                 kind = frame.get("type")
@@ -328,7 +343,11 @@ class WebAdapter:
                     token = frame.get("token") or None
                     if token is not None and not isinstance(token, str):
                         token = str(token)
-                    user_id = self.services.authenticate(token) if token else None
+                    try:
+                        user_id = self.services.authenticate(token, request.remote) if token else None
+                    except Throttled as exc:
+                        await ws.send_json({"type": "error", "error": f"unauthorized: {exc}", "fatal": True})
+                        break
                     if user_id is None and token is None and self._local_visitor(request):
                         user_id = self.config.local_user
                     if user_id is None:
@@ -359,7 +378,7 @@ class WebAdapter:
                     if user_id is None:
                         await ws.send_json({"type": "error", "error": "say hello first"})
                         continue
-                    if token is not None and self.services.authenticate(token) != user_id:
+                    if token is not None and self._revoked(token, user_id, request):
                         # The token was taken out of the config (a reload) since this socket said hello.
                         event(log, "web_ws_token_revoked", logging.WARNING, user=user_id)
                         await ws.send_json(
@@ -392,13 +411,26 @@ class WebAdapter:
             pass
         except SessionBusy:
             await self._ws_error(ws, "busy: too many messages waiting, try again shortly", ev)
+        except Unavailable as exc:
+            await self._ws_error(ws, exc.reason, ev)
         except Exception as exc:
             event(log, "web_turn_failed", logging.ERROR, error=type(exc).__name__)
             await self._ws_error(ws, "internal error", ev)
 
+    def _revoked(self, token: str, user_id: str, request: web.Request) -> bool:
+        """Whether a socket's token stopped being `user_id`'s since it said hello (a reload)."""
+        try:
+            return self.services.authenticate(token, request.remote) != user_id
+        except Throttled:
+            return True
+
     async def _ws_error(self, ws: web.WebSocketResponse, reason: str, ev: MessageReceived) -> None:
         if not ws.closed:
             await ws.send_json({"type": "error", "error": reason, "event": ev.event_id})
+
+
+def _seconds(wait: float) -> str:
+    return str(max(1, round(wait)))
 
 
 _REPLY_IDS = uuid.UUID("5f0c3a4e-8d7b-4c52-9a61-3b2f7e9d1c08")  # a namespace of this adapter's own

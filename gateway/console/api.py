@@ -14,7 +14,8 @@ from aiohttp import web
 
 from gateway.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie
 from gateway.console.service import ConsoleError, ConsoleService, MemoryQuery, Viewer
-from gateway.server import BodyTooLarge, read_body
+from gateway.http_input import BadJson, BodyTooLarge, parse_json, read_body
+from gateway.ports import Throttled
 
 Handler = Callable[[web.Request, Viewer], Awaitable[Any]]
 # Room for the longest Memory.md (200,000 characters) even when every one is escaped.
@@ -29,6 +30,12 @@ def openapi_document() -> bytes:
 
 def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+def throttled(exc: Throttled) -> web.Response:
+    response = error(429, f"{exc}: too many wrong tokens from this address or with this token")
+    response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    return response
 
 
 def int_param(params: Mapping[str, str], name: str, default: int, low: int = 0, high: int = 10_000) -> int:
@@ -85,9 +92,9 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     except BodyTooLarge as exc:
         raise TooLarge(str(exc)) from None
     try:
-        body = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError):
-        raise ConsoleError("the body must be JSON") from None
+        body = parse_json(raw or b"null")
+    except BadJson as exc:
+        raise ConsoleError(str(exc)) from None
     if not isinstance(body, dict):
         raise ConsoleError("the body must be a JSON object")
     return body
@@ -137,6 +144,8 @@ class ConsoleApi:
                 return error(401, str(exc))
             except CsrfRejected as exc:
                 return error(403, str(exc))
+            except Throttled as exc:
+                return throttled(exc)
             except ConsoleError as exc:
                 return error(exc.status, str(exc))
 
@@ -156,9 +165,12 @@ class ConsoleApi:
             token = body_text(await json_body(request), "token", cap=4096)
         except ConsoleError as exc:
             return error(exc.status, str(exc))
-        signed = await self.auth.sign_in(request, token)
+        try:
+            signed = await self.auth.sign_in(request, token)
+        except Throttled as exc:
+            return throttled(exc)
         if signed is None:
-            return error(401, "that token is not valid here (or too many tries: wait a minute)")
+            return error(401, "that token is not valid here")
         session_id, viewer = signed
         response = web.json_response({**viewer.json(), "csrf": viewer.csrf})
         self.auth.set_cookie(response, request, session_id)
@@ -174,6 +186,8 @@ class ConsoleApi:
             return error(401, str(exc))
         except CsrfRejected as exc:
             return error(403, str(exc))
+        except Throttled as exc:
+            return throttled(exc)
         await self.auth.sign_out(request)
         response = web.Response(status=204)
         clear_cookie(response)

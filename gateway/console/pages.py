@@ -26,7 +26,8 @@ from gateway.console.service import (
     Invalid,
     Viewer,
 )
-from gateway.server import BodyTooLarge, read_body
+from gateway.http_input import BodyTooLarge, read_body
+from gateway.ports import Throttled
 from memory.jobs import STATUSES
 from memory.model import MemoryClass, Provenance, ReviewStatus, ScopeKind
 
@@ -179,6 +180,11 @@ def _lines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _throttled(response: web.Response, exc: Throttled) -> web.Response:
+    response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    return response
+
+
 def _redirect(path: str, code: str) -> web.HTTPSeeOther:
     return web.HTTPSeeOther(with_notice(path, code))
 
@@ -230,6 +236,8 @@ class ConsolePages:
                 raise web.HTTPSeeOther(f"/console/login?next={quote(target, safe='')}") from None
             except CsrfRejected as exc:
                 return render("error.html", 403, viewer=None, title="Not allowed", message=str(exc), back=back)
+            except Throttled as exc:
+                return _throttled(render("error.html", 429, viewer=None, title="Too many tries", message=str(exc)), exc)
             try:
                 return await handler(request, viewer, form)
             except ConsoleError as exc:
@@ -244,7 +252,7 @@ class ConsolePages:
         next_path = console_path(request.query.get("next", ""))
         try:
             await self.auth.viewer(request)
-        except (Unauthenticated, CsrfRejected):
+        except (Unauthenticated, CsrfRejected, Throttled):
             return render("login.html", viewer=None, next=next_path, error=None)
         raise web.HTTPSeeOther(next_path)  # signed in already
 
@@ -257,10 +265,13 @@ class ConsolePages:
         next_path = console_path(posted.get("next", ""))
         if not self.auth.same_origin(request):
             return render("login.html", 403, viewer=None, next=next_path, error="Sign in from this console's own page.")
-        signed = await self.auth.sign_in(request, token)
+        try:
+            signed = await self.auth.sign_in(request, token)
+        except Throttled as exc:
+            message = f"Too many wrong tokens from here lately: {exc}."
+            return _throttled(render("login.html", 429, viewer=None, next=next_path, error=message), exc)
         if signed is None:
-            message = "That token is not valid here (or there were too many tries: wait a minute)."
-            return render("login.html", 401, viewer=None, next=next_path, error=message)
+            return render("login.html", 401, viewer=None, next=next_path, error="That token is not valid here.")
         session_id, _viewer = signed
         response = web.HTTPSeeOther(next_path)
         self.auth.set_cookie(response, request, session_id)

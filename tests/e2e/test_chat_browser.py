@@ -46,12 +46,12 @@ def _chromium_missing() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _launch_chromium() -> AsyncIterator[Any]:
+async def _launch_chromium(*args: str) -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, timeout=WAIT_MS
+            executable_path=str(CHROMIUM), headless=True, args=[*CHROMIUM_ARGS, *args], timeout=WAIT_MS
         )
         try:
             yield browser
@@ -166,3 +166,31 @@ async def _chat(browser: Any, gateway: Gateway, fake_llm: FakeLLM) -> None:
         raise
     finally:
         await context.close()
+
+
+@pytest.mark.skipif(_chromium_missing() and not os.environ.get("CI"), reason=CHROMIUM_MISSING)
+async def test_a_dns_rebinding_page_cannot_reach_the_local_gateway(gateway: Gateway, fake_llm: FakeLLM) -> None:
+    """The attack as a browser makes it: a name of the attacker's resolves to 127.0.0.1 (here by
+    Chromium's resolver rules), so its page is same-origin with the gateway under that name."""
+    if _chromium_missing():
+        pytest.fail(CHROMIUM_MISSING, pytrace=False)
+    port = gateway.url.rsplit(":", 1)[1]
+    async with _launch_chromium("--host-resolver-rules=MAP rebind.example 127.0.0.1") as browser:
+        page = await browser.new_page()
+        response = await page.goto(f"http://rebind.example:{port}/", timeout=WAIT_MS)
+        assert response is not None and response.status == 421
+        assert "does not answer to the host" in await page.content()
+        # Its script talks to the gateway as a page on that name would: every door answers 421.
+        outcome = await page.evaluate(
+            """async () => {
+                const api = await fetch("/api/v1/messages?conversation=x");
+                const ws = await new Promise((done) => {
+                    const socket = new WebSocket(`ws://${location.host}/ws`);
+                    socket.onopen = () => done("open");
+                    socket.onerror = () => done("refused");
+                });
+                return { api: api.status, ws };
+            }"""
+        )
+        assert outcome == {"api": 421, "ws": "refused"}
+    assert fake_llm.requests == []

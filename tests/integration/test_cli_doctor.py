@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from gateway import doctor
 from gateway.doctor import Context
-from gateway.server import add_ops_routes, build_app
+from gateway.server import HostPolicy, add_ops_routes, build_app
 from tests.cli import REPO, run_cli
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.llm import Fail, FakeLLM, Hang
@@ -432,7 +432,7 @@ async def platforms() -> AsyncIterator[Platforms]:
     async def ready() -> tuple[bool, dict[str, object]]:
         return True, {}
 
-    app = build_app(64 * 1024)
+    app = build_app(64 * 1024, HostPolicy.build(["127.0.0.1"], []))
     add_ops_routes(app, ready=ready, metrics=lambda: b"")  # the gateway's own ops routes
     runner, url = await serve_loopback(app)
     fakes = (await FakeTelegram().start(), await FakeDiscord().start(), await FakeSlack().start())
@@ -465,7 +465,8 @@ async def test_a_healthy_deployment_passes_every_channel_and_model_check(tmp_pat
     config = _write(
         tmp_path,
         {
-            "web": {"host": "127.0.0.1", "port": platforms.gateway_port},
+            # Slack's HTTP events and Telegram's webhook reach it at its public name (a proxy in front).
+            "web": {"host": "127.0.0.1", "port": platforms.gateway_port, "public_url": "https://bot.example.com"},
             "telegram": telegram | {"mode": "webhook", "webhook_url": HOOK, "webhook_secret": "s" * 16},
             "helpdesk": telegram | {"type": "telegram"},  # polling
             "discord": {"token": discord.token, "api_base_url": discord.api_base, "gateway_url": discord.gateway_url},

@@ -1,13 +1,18 @@
-"""Hot reload of config.yaml (on a file change or SIGHUP) and graceful shutdown (SIGTERM lets turns
-in flight finish within shutdown.timeout_seconds), against a real gateway and the fake LLM."""
+"""Hot reload of config.yaml (on a file change, SIGHUP, or SIGUSR1 to force it), what a reload
+refuses (a file that takes every user, token or the model away), files being written, and graceful
+shutdown (SIGTERM lets turns in flight finish within shutdown.timeout_seconds), against a real
+gateway and the fake LLM."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import logging
 import os
 import signal
+import threading
+import time
 import types
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,6 +27,7 @@ from gateway.config import Config
 from gateway.config_load import load_config, parse_config
 from gateway.logs import redactor
 from gateway.reload import plan_reload
+from gateway.reload_files import PID_FILE, STATUS_FILE
 from memory.presets import PresetError, PresetStore
 from memory.storage import Storage
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth, config_data, say
@@ -63,8 +69,8 @@ class World:
         self.gw.reloader.debounce_seconds = 0.02
         return self.gw
 
-    async def start(self) -> Gateway:
-        gw = self.gateway()
+    async def start(self, poll_seconds: float = 0.05) -> Gateway:
+        gw = self.gateway(poll_seconds)
         await gw.start()
         await gw.llm.ready()
         return gw
@@ -306,6 +312,197 @@ def config_holders(root: object) -> list[tuple[str, Config]]:
     return found
 
 
+# -- what a reload refuses -------------------------------------------------------------------------
+
+
+async def config_status(http: aiohttp.ClientSession, gw: Gateway) -> dict[str, Any]:
+    """The console's view of the config (GET /api/v1/status, as an administrator)."""
+    status = await (await http.get(gw.url + "/api/v1/status", headers=auth(ROOT_TOKEN))).json()
+    return dict(status["config"])
+
+
+def refused_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("config_reload_refused")]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n\n", "# emptied by a script\n# and nothing else\n", "{}\n", "null\n"],
+    ids=["empty", "blank", "comments", "braces", "null"],
+)
+async def test_an_emptied_file_is_refused_and_everyone_keeps_working(
+    world: World, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    gw = await world.start()
+    write(world.path, text)
+    await world.reloaded(1)
+    assert await say(http, gw, "still here?") == "echo: still here?"  # alice's token still works
+    assert await say(http, gw, "me too", token=BOB_TOKEN) == "echo: me too"
+    assert refused_lines(caplog) == [
+        f'config_reload_refused reason=empty_document trigger=file file={world.path} kept="the last good config" '
+        'force="clawgate reload --force"'
+    ]
+    last = (await config_status(http, gw))["last_reload"]
+    assert last["result"] == "refused" and last["trigger"] == "file"
+    assert last["reason"] == f"{world.path} was not applied: the file is empty (nothing but comments, {{}} or null)"
+    assert gw.reloader is not None and gw.reloader.last is not None and gw.reloader.last.result == "refused"
+
+
+async def test_a_truncated_file_that_lost_its_users_is_refused(
+    world: World, fake_llm: FakeLLM, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await world.start()
+    new_model_and_prompt(world.data)  # what the cut file still says would apply, were it whole
+    text = yaml.safe_dump(world.data)
+    write(world.path, text[: text.index("users:")])  # cut where a crash or a full disk stopped the write
+    await world.reloaded(1)
+    (line,) = refused_lines(caplog)
+    assert line.startswith("config_reload_refused reason=no_users,no_tokens trigger=file")
+    for secret in (ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN):
+        assert secret not in caplog.text
+    assert await say(http, gw, "who am I?") == "echo: who am I?"
+    assert fake_llm.requests[-1]["model"] == "fake-model"  # nothing of the cut file applied
+    last = (await config_status(http, gw))["last_reload"]
+    assert last["reason"] == (
+        f"{world.path} was not applied: it declares no users (the running config has 3); "
+        "no user has a token any more (the running config has 3)"
+    )
+
+
+async def test_a_file_without_the_model_is_refused(
+    world: World, fake_llm: FakeLLM, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await world.start()
+    world.edit(lambda data: data["ai"].pop("model"))
+    await world.reloaded(1)
+    assert refused_lines(caplog)[0].startswith("config_reload_refused reason=no_model trigger=file")
+    assert gw.reloader is not None and gw.reloader.last is not None
+    assert gw.reloader.last.reason.endswith("was not applied: ai.model is gone; agent default would have no model")
+    assert await say(http, gw, "still answered?") == "echo: still answered?"
+    assert fake_llm.requests[-1]["model"] == "fake-model"
+
+
+async def test_a_forced_reload_applies_a_valid_file_that_takes_every_user_away(
+    world: World, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await world.start(poll_seconds=3600)  # this test reloads by hand
+    assert gw.reloader is not None
+
+    def broken(data: dict[str, Any]) -> None:
+        data.pop("users")
+        data["ai"]["retries"] = "lots"
+
+    world.edit(broken)  # forced or not, a file that does not validate never applies
+    failed = await gw.reloader.reload("test", force=True)
+    assert failed.result == "failed" and failed.errors[0].startswith("ai.retries:")
+    assert await say(http, gw, "still in") == "echo: still in"
+
+    world.edit(lambda data: data.pop("users"))
+    assert (await gw.reloader.reload("test")).result == "refused"
+    outcome = await gw.reloader.reload("test", force=True)
+    assert (outcome.result, outcome.changed, outcome.forced) == ("applied", ["users"], True)
+    assert "config_reload_forced trigger=test reason=no_users,no_tokens" in caplog.text
+    r = await http.post(gw.url + "/api/v1/messages", json={"text": "hi"}, headers=auth(ALICE_TOKEN))
+    assert r.status == 401
+
+
+async def test_the_outcomes_are_written_for_clawgate_reload(
+    world: World, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await world.start(poll_seconds=3600)
+    assert gw.reloader is not None
+    status_file = gw.config.storage.data_dir / STATUS_FILE
+    world.edit(new_model_and_prompt)
+    await gw.reloader.reload("test")
+    write(world.path, "")
+    await gw.reloader.reload("test")
+    written = json.loads(status_file.read_text())
+    assert written["pid"] == os.getpid()
+    assert [(o["result"], o["changed"]) for o in written["recent"]] == [("applied", ["agents", "ai"]), ("refused", [])]
+    assert written["last_reload"] == written["recent"][-1] and written["file"] == str(world.path)
+    assert gw.reloader.last is not None and gw.reloader.last.file_sha256 is not None
+    assert written["recent"][1]["file_sha256"] == gw.reloader.last.file_sha256 != written["recent"][0]["file_sha256"]
+
+    status_file.unlink()
+    status_file.mkdir()  # cannot be written now: the reload happens all the same, and says so
+    world.edit(lambda data: None)
+    assert (await gw.reloader.reload("test")).result == "applied"
+    assert f"reload_status_not_written file={status_file}" in caplog.text
+
+
+# -- a file being written ---------------------------------------------------------------------------
+
+
+def append_slowly(path: Path, text: str, pieces: int = 60, pause: float = 0.003) -> threading.Thread:
+    """Write `text` to `path` a piece at a time, as a slow `cat new.yaml > config.yaml` does; the
+    file is emptied first, here."""
+    path.write_text("")
+    size = len(text) // pieces + 1
+
+    def run() -> None:
+        for i in range(0, len(text), size):
+            with path.open("a") as f:
+                f.write(text[i : i + size])
+            time.sleep(pause)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def test_a_reload_reads_a_file_being_written_once_it_holds_still(
+    world: World, fake_llm: FakeLLM, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await world.start(poll_seconds=3600)
+    assert gw.reloader is not None
+    gw.reloader.debounce_seconds = 0.5  # far longer than the writer's pauses
+    data = copy.deepcopy(world.data)
+    new_model_and_prompt(data)
+    writer = append_slowly(world.path, yaml.safe_dump(data))
+    outcome = await gw.reloader.reload("sighup")  # as a signal would, while the file is written
+    await asyncio.to_thread(writer.join, 10)
+    assert (outcome.result, outcome.changed) == ("applied", ["agents", "ai"])
+    assert "config_reload_refused" not in caplog.text and "config_reload_failed" not in caplog.text
+    await say(http, gw, "whole?")
+    assert fake_llm.requests[-1]["model"] == "fake-model-2"
+
+
+async def test_a_file_that_never_holds_still_is_not_read(
+    world: World, fake_llm: FakeLLM, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await world.start(poll_seconds=3600)
+    reloader = gw.reloader
+    assert reloader is not None
+    reloader.debounce_seconds = 0.05
+    reloader.settle_seconds = 0.5
+    data = copy.deepcopy(world.data)
+    new_model_and_prompt(data)
+    text = yaml.safe_dump(data)
+    stop = threading.Event()
+
+    def churn() -> None:  # valid every time it is whole, but never the same for long
+        i = 0
+        while not stop.is_set():
+            world.path.write_text(f"{text}# {i}\n")
+            i += 1
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        outcome = await reloader.reload("sighup")
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 10)
+    assert (outcome.result, outcome.errors) == (
+        "failed",
+        ["(file): still being written after 0.5 s (it kept changing), so it was not read"],
+    )
+    assert "config_reload_skipped reason=file_still_changing trigger=sighup" in caplog.text
+    await say(http, gw, "as before?")
+    assert fake_llm.requests[-1]["model"] == "fake-model"
+
+
 # -- signals ---------------------------------------------------------------------------------------
 
 
@@ -330,7 +527,8 @@ async def running(world: World) -> AsyncIterator[tuple[Gateway, asyncio.Task[Non
     if not task.done():
         gw._stopping.set()
         await asyncio.wait_for(task, 15)
-    assert not handled(signal.SIGHUP) and not handled(signal.SIGTERM)  # put back as they were
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM):
+        assert not handled(sig)  # put back as they were
 
 
 async def test_sighup_reloads_the_config(
@@ -345,6 +543,60 @@ async def test_sighup_reloads_the_config(
     assert gw.reloader.last.trigger == "sighup" and gw.reloader.last.result == "applied"
     await say(http, gw, "after the signal")
     assert fake_llm.requests[-1]["model"] == "fake-model-2"
+
+
+async def test_sighup_refuses_an_emptied_file_and_sigusr1_forces_it(
+    running: tuple[Gateway, asyncio.Task[None]], world: World, http: aiohttp.ClientSession
+) -> None:
+    gw, _ = running
+    assert gw.reloader is not None
+    data = copy.deepcopy(world.data)
+    data.pop("users")
+    write(world.path, data)
+    assert handled(signal.SIGHUP) and handled(signal.SIGUSR1)
+    os.kill(os.getpid(), signal.SIGHUP)
+    await world.reloaded(1)
+    assert gw.reloader.last is not None
+    assert (gw.reloader.last.trigger, gw.reloader.last.result) == ("sighup", "refused")
+    assert await say(http, gw, "after the signal") == "echo: after the signal"
+
+    os.kill(os.getpid(), signal.SIGUSR1)
+    await world.reloaded(2)
+    last = gw.reloader.last
+    assert (last.trigger, last.result, last.forced, last.changed) == ("sigusr1", "applied", True, ["users"])
+    r = await http.post(gw.url + "/api/v1/messages", json={"text": "hi"}, headers=auth(ALICE_TOKEN))
+    assert r.status == 401
+
+
+async def test_the_pid_file_names_the_running_gateway_until_it_stops(
+    running: tuple[Gateway, asyncio.Task[None]], world: World
+) -> None:
+    gw, task = running
+    pid_file = gw.config.storage.data_dir / PID_FILE
+    await until(pid_file.exists)  # written once start() has returned
+    assert pid_file.read_text() == f"{os.getpid()}\n"
+    gw._stopping.set()
+    await asyncio.wait_for(task, 15)
+    assert not pid_file.exists()
+
+
+async def test_a_pid_file_that_cannot_be_written_is_a_warning_not_a_failure(
+    world: World, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = world.gateway(poll_seconds=3600)
+    world.stop_at_end = False
+    (gw.config.storage.data_dir / PID_FILE).mkdir(parents=True)  # a folder where the file belongs
+    task = asyncio.create_task(gw.run_until_signal())
+    await until(lambda: up(gw))
+    try:
+        assert await say(http, gw, "running anyway") == "echo: running anyway"
+        await until(lambda: "pid_file_not_written" in caplog.text)
+        line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("pid_file_not_written"))
+        assert f'hint="clawgate reload cannot find this gateway; kill -HUP {os.getpid()} reloads"' in line
+    finally:
+        gw._stopping.set()
+        await asyncio.wait_for(task, 15)
+    assert (gw.config.storage.data_dir / PID_FILE).is_dir()  # not ours to remove
 
 
 async def test_sigterm_lets_a_turn_in_flight_finish(

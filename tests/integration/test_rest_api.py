@@ -79,7 +79,7 @@ async def test_auth_is_required(gateway: Gateway, http: aiohttp.ClientSession) -
 async def test_bad_input_is_refused_cleanly(gateway: Gateway, fake_llm: FakeLLM, http: aiohttp.ClientSession) -> None:
     url = gateway.url + "/api/v1/messages"
     cases = [
-        (b"{not json", 400, "malformed JSON"),
+        (b"{not json", 400, "not valid JSON"),
         (b"[1, 2]", 400, "JSON object"),
         (b'{"text": ""}', 400, "non-empty string"),
         (b'{"text": 42}', 400, "non-empty string"),

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import re
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -18,9 +15,8 @@ import yaml
 from gateway.app import Gateway
 from tests.conftest import ALICE_TOKEN, auth, make_config
 from tests.fakes.llm import FakeLLM, Gate, Reply
+from tests.process import GatewayProcess
 from tests.waits import until
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 async def say(http: aiohttp.ClientSession, gw: Gateway | str, text: str, conv: str | None = None) -> str:
@@ -46,34 +42,6 @@ async def test_sessions_survive_a_restart(tmp_path: Path, fake_llm: FakeLLM, htt
         await gw.stop()
 
 
-async def _spawn_gateway(config_path: Path) -> tuple[asyncio.subprocess.Process, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gateway",
-        "--config",
-        str(config_path),
-        "run",
-        stderr=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    assert proc.stderr is not None
-    url = None
-    async with asyncio.timeout(30):
-        while True:
-            line = (await proc.stderr.readline()).decode()
-            assert line, "gateway exited before it was ready"
-            m = re.search(r"web_listening .*url=(\S+)", line)
-            if m:
-                url = m.group(1)
-            if "gateway_ready" in line:
-                break
-    assert url is not None
-    return proc, url
-
-
 async def test_crash_mid_turn_is_answered_once_after_restart(
     tmp_path: Path, fake_llm: FakeLLM, http: aiohttp.ClientSession
 ) -> None:
@@ -94,15 +62,12 @@ async def test_crash_mid_turn_is_answered_once_after_restart(
         )
     )
     fake_llm.script(Gate())  # the first call hangs until we have killed the gateway
-    proc, url = await _spawn_gateway(config_path)
-    pending = asyncio.create_task(say(http, url, "survive the crash"))
+    gateway = await GatewayProcess.start(config_path)
+    pending = asyncio.create_task(say(http, gateway.url, "survive the crash"))
     try:
         await fake_llm.wait_requests(1, timeout=30)
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
     finally:
-        if proc.returncode is None:
-            proc.kill()
+        await gateway.stop(signal.SIGKILL)
     try:
         await pending
     except (aiohttp.ClientError, AssertionError):
@@ -155,7 +120,7 @@ async def test_global_cap_on_concurrent_llm_calls(
         tasks = [asyncio.create_task(say(http, gw, "x", conv=f"s{i}")) for i in range(2)]
         await fake_llm.wait_requests(1)
         assert gw.router is not None
-        await until(lambda: len(gw.router._slots) == 2)  # both turns are under way
+        await until(lambda: len(gw.router._line) == 2)  # both turns are under way
         assert len(fake_llm.requests) == 1
         fake_llm.release()
         await asyncio.gather(*tasks)

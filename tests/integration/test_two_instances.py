@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import re
 import signal
-import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -32,9 +28,9 @@ from tests.fakes.llm import FakeLLM, Gate
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.postgres import fresh_database_url
+from tests.process import GatewayProcess
 from tests.waits import until
 
-REPO = Path(__file__).resolve().parents[2]
 SECRET = "webhook-secret-0123456789"
 CHATS = 25  # per platform
 MESSAGES = 10  # per session
@@ -42,17 +38,6 @@ TELEGRAM_PATH = "/telegram/telegram"
 SLACK_PATH = "/slack/events"
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@dataclass
-class Instance:
-    name: str
-    proc: asyncio.subprocess.Process
-    url: str
-    log: Path
-
-    def alive(self) -> bool:
-        return self.proc.returncode is None
 
 
 def _config(tmp_path: Path, name: str, db_url: str, llm: FakeLLM, tg: FakeTelegram, slack: FakeSlack) -> Path:
@@ -99,29 +84,11 @@ def _config(tmp_path: Path, name: str, db_url: str, llm: FakeLLM, tg: FakeTelegr
     return path
 
 
-async def _start(tmp_path: Path, name: str, config: Path) -> Instance:
-    log = tmp_path / f"{name}.log"
-    with log.open("wb") as out:  # a file, not a pipe: nobody has to keep reading it
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gateway",
-            "--config",
-            str(config),
-            "run",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=out,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-    async with asyncio.timeout(60):
-        while True:
-            text = log.read_text(errors="replace")
-            url = re.search(r"web_listening .*url=(\S+)", text)
-            # Ready, and LiteLLM imported: the import holds the GIL for seconds on a busy machine.
-            if "gateway_ready" in text and "llm_loaded" in text and url:
-                return Instance(name, proc, url.group(1), log)
-            assert proc.returncode is None, f"instance {name} exited:\n{text[-3000:]}"
-            await asyncio.sleep(0.1)
+async def _start(name: str, config: Path) -> GatewayProcess:
+    instance = await GatewayProcess.start(config, name=name)
+    # Ready, and LiteLLM imported: the import holds the GIL for seconds on a busy machine.
+    await instance.wait_log("llm_loaded", timeout=60)
+    return instance
 
 
 @pytest.fixture
@@ -141,7 +108,7 @@ class Balancer:
     """Sends each delivery to one instance, the other when that one does not answer (as a load
     balancer's retry, or the platform's redelivery, would); counts what it did."""
 
-    def __init__(self, http: aiohttp.ClientSession, instances: list[Instance], rng: random.Random) -> None:
+    def __init__(self, http: aiohttp.ClientSession, instances: list[GatewayProcess], rng: random.Random) -> None:
         self.http = http
         self.instances = instances
         self.rng = rng
@@ -149,7 +116,7 @@ class Balancer:
         self.redelivered = 0
         self.failed_over = 0
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str], *, to: Instance | None = None) -> None:
+    async def post(self, path: str, body: bytes, headers: dict[str, str], *, to: GatewayProcess | None = None) -> None:
         alive = [i for i in self.instances if i.alive()]
         first = to if to is not None and to.alive() else self.rng.choice(alive)
         for target in [first, *(i for i in alive if i is not first)]:
@@ -200,8 +167,8 @@ async def test_two_instances_answer_every_message_once_in_order_even_when_one_is
 ) -> None:
     tg, slack, llm_a, llm_b = fakes
     db_url = fresh_database_url()
-    a = await _start(tmp_path, "a", _config(tmp_path, "a", db_url, llm_a, tg, slack))
-    b = await _start(tmp_path, "b", _config(tmp_path, "b", db_url, llm_b, tg, slack))
+    a = await _start("a", _config(tmp_path, "a", db_url, llm_a, tg, slack))
+    b = await _start("b", _config(tmp_path, "b", db_url, llm_b, tg, slack))
     rng = random.Random(9)
     sessions = [f"tg:{7000 + n}" for n in range(CHATS)] + [f"slack:D0S{n:04d}" for n in range(CHATS)]
     expected = {s: [f"echo: {s} says {i}" for i in range(MESSAGES)] for s in sessions}
@@ -242,8 +209,7 @@ async def test_two_instances_answer_every_message_once_in_order_even_when_one_is
             await asyncio.gather(*(push(s, range(5, 8)) for s in sessions))
             await until(lambda: llm_b.in_flight >= 3, timeout=30)
             hanging = llm_b.in_flight
-            b.proc.send_signal(signal.SIGKILL)
-            await b.proc.wait()
+            await b.stop(signal.SIGKILL)
 
             # 3. The rest goes to A, and B's last deliveries are delivered again (to A now).
             await asyncio.gather(*(push(s, range(8, MESSAGES)) for s in sessions))
@@ -256,14 +222,7 @@ async def test_two_instances_answer_every_message_once_in_order_even_when_one_is
             await until(lambda: sum(map(len, _answers(tg, slack).values())) >= total, timeout=120)
             await asyncio.sleep(1.0)  # anything answered twice would show up now
     finally:
-        for inst in (a, b):
-            if inst.alive():
-                inst.proc.send_signal(signal.SIGTERM)
-        for inst in (a, b):
-            try:
-                await asyncio.wait_for(inst.proc.wait(), 30)
-            except TimeoutError:
-                inst.proc.kill()
+        await asyncio.gather(a.stop(), b.stop())
 
     shown = _answers(tg, slack)
     wrong = {s: shown.get(s) for s in sessions if shown.get(s) != expected[s]}
@@ -281,7 +240,7 @@ async def test_two_instances_answer_every_message_once_in_order_even_when_one_is
         await db.close()
     assert counts == {"done": total}
     assert statuses == {"sent": total}
-    survivor = a.log.read_text()
+    survivor = a.text
     assert "resume_event" in survivor  # B's turns cut by the kill were taken on by A
     # Serialized: no instance ever found a reply already claimed by the other one.
-    assert "delivery_skipped_duplicate" not in survivor + b.log.read_text()
+    assert "delivery_skipped_duplicate" not in survivor + b.text

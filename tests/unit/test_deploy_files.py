@@ -389,6 +389,46 @@ def test_services_select_the_pods_they_serve() -> None:
     assert backends == {"clawgate"}
 
 
+def _published(path: str) -> bool:
+    """Whether the Ingress sends `path` to the gateway (Exact, or Prefix by whole path segments)."""
+    for rule in resource("Ingress", "clawgate")["spec"]["rules"]:
+        for p in rule["http"]["paths"]:
+            prefix = p["path"].rstrip("/")
+            if path == p["path"] or (p["pathType"] == "Prefix" and (path == prefix or path.startswith(prefix + "/"))):
+                return True
+    return False
+
+
+def test_the_ingress_publishes_what_people_and_platforms_use_and_nothing_else() -> None:
+    for path in (
+        "/",
+        "/chat.js",
+        "/chat.css",
+        "/ws",
+        "/api/v1/messages",
+        "/v1/chat/completions",
+        "/console/review",
+        "/console/static/console.js",
+        "/telegram/telegram",
+        "/slack/events",
+    ):
+        assert _published(path), path
+    for path in ("/metrics", "/healthz", "/readyz", "/metricsx"):
+        assert not _published(path), f"{path} must stay inside the cluster"
+
+
+def test_the_web_tier_knows_the_address_the_ingress_publishes_it_at() -> None:
+    """Behind the Ingress's TLS the console signs in only with public_url, and the gateway answers
+    only the hosts it knows (DNS rebinding)."""
+    hosts = {r["host"] for r in resource("Ingress", "clawgate")["spec"]["rules"]}
+    web_tier = next(w for w in gateway_workloads() if w["kind"] == "Deployment")
+    cfg = pod_config(web_tier)
+    assert web_channel(cfg).public_url in {f"https://{h}" for h in hosts}
+    for w in gateway_workloads():  # every pod's metrics are for Prometheus with the token only
+        metrics = web_channel(pod_config(w)).metrics
+        assert metrics.token is not None and not metrics.public
+
+
 # --- Compose --------------------------------------------------------------------------------------
 
 

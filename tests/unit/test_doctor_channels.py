@@ -21,7 +21,7 @@ from channels.telegram.probe import webhook_state
 from gateway import doctor
 from gateway.config_load import parse_config
 from gateway.doctor import Context, Group, Result, config_variables, configured_models, redact, run_checks
-from gateway.doctor_channels import probe_channel, web_access
+from gateway.doctor_channels import probe_channel, unpublished, web_access
 from gateway.probe import Probe
 
 HOOK = "https://bot.example.com/telegram/tg"
@@ -165,6 +165,29 @@ def test_who_can_use_the_web_channel() -> None:
     assert web_access(config, web) == (True, "1 user(s) with tokens, visitors on this machine chat as 'local'")
     closed = _config(channels={"web": {"allow_local_anonymous": False}})
     assert web_access(closed, closed.channels["web"]) == (False, "0 user(s) with tokens")
+
+
+@pytest.mark.parametrize(
+    ("web", "slack", "hint"),
+    [
+        ({"host": "127.0.0.1"}, None, None),
+        ({"host": "0.0.0.0"}, None, "bound beyond loopback without channels.web.public_url"),
+        ({"host": "0.0.0.0", "public_url": "https://chat.example.com"}, None, None),
+        ({"host": "127.0.0.1"}, "http", "Slack's HTTP events come to the address of its Request URL"),
+        ({"host": "127.0.0.1", "allowed_hosts": ["chat.example.com"]}, "http", None),
+        ({"host": "127.0.0.1"}, "socket", None),
+    ],
+)
+def test_the_doctor_says_when_people_reach_the_web_channel_at_a_name_it_does_not_know(
+    web: dict[str, Any], slack: str | None, hint: str | None
+) -> None:
+    channels_data: dict[str, Any] = {"web": web}
+    if slack is not None:
+        channels_data["slack"] = {"bot_token": "xoxb-1", "app_token": "xapp-1", "signing_secret": "s", "mode": slack}
+    users = {"alice": {"tokens": ["alice-token-0123456789"]}}
+    config = _config(channels=channels_data, users=users)
+    found = unpublished(Probe("web", config, 1), config.channels["web"])
+    assert (found is None) if hint is None else (found is not None and found.startswith(hint))
 
 
 async def test_the_web_port_free_or_unusable_and_nobody_able_to_sign_in() -> None:
