@@ -16,8 +16,8 @@ the tuning or the test half. Choose parameters on `--split tune`; report `--spli
 Every memory becomes a record in a fresh SQLite database in a temporary directory, imported with
 `RecordStore.import_batch`, dated by its `created_at`: a durable fact with provenance
 `user_confirmed` by its owner (a person: instruction-grade), an evidence item `inferred` by the
-assistant, each with the use policy and review status `memory.policy.trust_defaults` gives. The
-gateway's own recall (`gateway.recall.TurnRecall`, built as gateway/app.py builds it, the embedder
+assistant, each with the use policy and review status `memory.trust.policy.trust_defaults` gives. The
+gateway's own recall (`gateway.recall.engine.TurnRecall`, built as gateway/app.py builds it, the embedder
 from `memory.search.provider: local`: the bundled all-MiniLM-L6-v2 on one thread) embeds them in
 its background upkeep; each question is then ranked by `TurnRecall.rank` as its user, from a DM
 (`Where("personal", "web:dm:<user>")`) or from the group it names (`Where("team", <key>)`), long-term
@@ -27,7 +27,7 @@ binds to it (`projects:`, from projects.json) are never candidates; any other us
 that came back would be a privacy violation, any other misplaced one is counted too. The onnx graph
 the local model builds is cached in the temporary directory too: nothing is written outside it.
 
-The clock is frozen at 2026-11-30 12:00 UTC for the whole run (gateway.recall's `utcnow`): the set's
+The clock is frozen at 2026-11-30 12:00 UTC for the whole run (gateway.recall.engine's `utcnow`): the set's
 "now", so that recency weights, and expiry (evidence lives 30 days), are the same whenever it runs.
 
 What is counted, over the questions of the split:
@@ -68,17 +68,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import gateway.recall as gateway_recall  # noqa: E402
-from gateway.config import Config  # noqa: E402
-from gateway.config_load import parse_config  # noqa: E402
-from gateway.memory_service import MemoryService  # noqa: E402
-from gateway.recall import TurnRecall, embedder_from_config  # noqa: E402
-from memory.embeddings import Embedder, model_info  # noqa: E402
-from memory.model import MemoryClass, Provenance, Scope  # noqa: E402
-from memory.policy import Actor, Where, trust_defaults  # noqa: E402
+import gateway.recall.engine as gateway_recall  # noqa: E402
+from gateway.config.load import parse_config  # noqa: E402
+from gateway.config.model import Config  # noqa: E402
+from gateway.recall.engine import TurnRecall, embedder_from_config  # noqa: E402
+from gateway.session.memory_service import MemoryService  # noqa: E402
+from memory.embed.embeddings import Embedder, model_info  # noqa: E402
 from memory.recall import DEFAULT_PRIORS, EVIDENCE_FLOOR_LEXICAL, RecallSettings, Scored  # noqa: E402
-from memory.records import NewRecord  # noqa: E402
-from memory.storage import Storage  # noqa: E402
+from memory.records.model import MemoryClass, Provenance, Scope  # noqa: E402
+from memory.records.store import NewRecord  # noqa: E402
+from memory.store.storage import Storage  # noqa: E402
+from memory.trust.policy import Actor, Where, trust_defaults  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "assistant_memory"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -242,9 +242,12 @@ def _class(s: Scored) -> str:
 
 @contextlib.contextmanager
 def frozen_clock(now: datetime) -> Iterator[None]:
-    """gateway.recall reads the time through `utcnow` (recency, expiry): pinned to the set's "now"."""
+    """gateway.recall.engine reads the time through `utcnow` (recency, expiry): pinned to the set's "now"."""
     if not hasattr(gateway_recall, "utcnow"):
-        print("warning: gateway.recall has no utcnow to pin; recency and expiry follow the wall clock", file=sys.stderr)
+        print(
+            "warning: gateway.recall.engine has no utcnow to pin; recency and expiry follow the wall clock",
+            file=sys.stderr,
+        )
         yield
         return
     with mock.patch.object(gateway_recall, "utcnow", lambda: now):
@@ -409,7 +412,7 @@ EVIDENCE_TOP = 8  # what a turn could inject: memory.recall.limit's default
 
 
 def _strength(s: Scored, top_lexical: float, lexical: bool) -> float:
-    """What the gateway compares with the evidence floor (gateway/recall_select.py): with vectors the
+    """What the gateway compares with the evidence floor (gateway/recall/select.py): with vectors the
     fused score, as an evidence record's (its class prior swapped for evidence's); without, the
     full-text score relative to the turn's best."""
     if lexical:

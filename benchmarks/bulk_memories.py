@@ -43,10 +43,10 @@ from recall_scale import PREFIXES, BenchEmbedder, Turn, VectorCache, World, _bod
 from sqlalchemy import func, insert, literal_column, select, text
 from sqlalchemy.engine import Connection
 
-from memory.model import RecordStatus
-from memory.schema import memory_records, memory_revisions, memory_vectors
-from memory.storage import Storage
-from memory.vectors import KINDS, VectorStore, ensure_hnsw, text_hash, to_blob
+from memory.embed.vectors import KINDS, VectorStore, ensure_hnsw, text_hash, to_blob
+from memory.records.model import RecordStatus
+from memory.store.schema import memory_records, memory_revisions, memory_vectors
+from memory.store.storage import Storage
 
 REAL_FAMILIES = 4 * len(PREFIXES)  # recall_scale's wordings: four styles times six prefixes
 REMARK_STYLE = 3

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The local embedder's two runtimes, in the same run: numpy (memory.minilm) and
+"""The local embedder's two runtimes, in the same run: numpy (memory.embed.minilm) and
 sentence-transformers (torch), both on all-MiniLM-L6-v2 with one thread.
 
     .venv/bin/python benchmarks/embedder.py            # 1000 texts, 200 queries per runtime (~1 min)
@@ -87,7 +87,7 @@ async def measure(runtime: str, texts: list[str], queries: list[str], vectors_pa
     import numpy as np
 
     rss_base = rss_mib()
-    from memory.embeddings import LocalEmbedder
+    from memory.embed.embeddings import LocalEmbedder
 
     embedder = LocalEmbedder(threads=1, runtime=runtime)
     await embedder.load()

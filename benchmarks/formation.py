@@ -94,7 +94,7 @@ def gateway_config(api_base: str, data_dir: str, formation: bool) -> dict[str, A
 
 async def gateway_main(api_base: str, data_dir: str, formation: bool) -> None:
     from gateway.app import Gateway
-    from gateway.config_load import parse_config
+    from gateway.config.load import parse_config
 
     gw = Gateway(parse_config(gateway_config(api_base, data_dir, formation), "benchmark", env={}))
     await gw.start()
@@ -115,9 +115,9 @@ async def seed(data_dir: Path) -> None:
     """SEEDED memories of the benchmark user, written before the gateway starts, in both settings:
     recall then searches a store of memories either way, and what differs is the background work
     (not whether recall has anything to search)."""
-    from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-    from memory.records import NewRecord
-    from memory.storage import Storage
+    from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
+    from memory.records.store import NewRecord
+    from memory.store.storage import Storage
 
     data_dir.mkdir(parents=True)  # noqa: ASYNC240 (before the gateway starts: nothing else waits)
     storage = await Storage.open(f"sqlite:///{data_dir}/clawgate.db")
@@ -143,7 +143,7 @@ async def seed(data_dir: Path) -> None:
 
 async def outcome(data_dir: Path) -> dict[str, int]:
     """What formation did in a round, read from its database after the gateway stopped."""
-    from memory.storage import Storage
+    from memory.store.storage import Storage
 
     storage = await Storage.open(f"sqlite:///{data_dir}/clawgate.db")
     try:

@@ -10,8 +10,8 @@ Every dialog turn becomes a memory record of its conversation (scope `channel:lo
 session date prefixed to its text ("[8 May 2023] Caroline: …"), created at that date, attributed to
 its speaker, imported with `RecordStore.import_batch` into a temporary SQLite database: the lexical
 leg is the store's own FTS5 search (`RecordStore.search`). Turns are embedded through
-memory/embeddings.py (the bundled all-MiniLM-L6-v2, on one thread) into a
-`memory.vectors.VectorIndex`; the vector leg searches it with the conversation's items as the allowed
+memory/embed/embeddings.py (the bundled all-MiniLM-L6-v2, on one thread) into a
+`memory.embed.vectors.VectorIndex`; the vector leg searches it with the conversation's items as the allowed
 set, as a scope filter would.
 
 Each question of categories 1-4 (multi-hop, temporal, open-domain, single-hop; 5, adversarial, has
@@ -55,12 +55,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memory.embeddings import Embedder, make_embedder, model_info, normalize  # noqa: E402
-from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
+from memory.embed.embeddings import Embedder, make_embedder, model_info, normalize  # noqa: E402
+from memory.embed.vectors import VectorIndex  # noqa: E402
 from memory.recall import Candidate, Key, RecallSettings, Retriever, Vector, walk  # noqa: E402
-from memory.records import NewRecord, RecordStore  # noqa: E402
-from memory.storage import Storage  # noqa: E402
-from memory.vectors import VectorIndex  # noqa: E402
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
+from memory.records.store import NewRecord, RecordStore  # noqa: E402
+from memory.store.storage import Storage  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "bench" / "locomo10.json"
 CACHE = Path.home() / ".cache" / "clawgate-bench"

@@ -6,12 +6,12 @@
     .venv/bin/python benchmarks/memory_store.py --json     # JSON instead of Markdown
 
 Writes: records are imported in batches of 1,000 through `RecordStore.import_batch`, each one first
-passing `memory.policy.can_write` for the person (or administrator) writing it; the time counts the
+passing `memory.trust.policy.can_write` for the person (or administrator) writing it; the time counts the
 checks and the transactions, not the making up of the text. Records are 6-14 words drawn from a
 5,000-word vocabulary with a Zipf-like spread, so that search meets common words with long posting
 lists as well as rare ones, across 100 personal scopes, 20 group conversations, 5 projects and global.
 
-Lookups: 2,000 random ids, each `RecordStore.get` followed by `memory.policy.can_read(by_id=True)` for
+Lookups: 2,000 random ids, each `RecordStore.get` followed by `memory.trust.policy.can_read(by_id=True)` for
 the record's owner, timed one by one (the bare `get` alone too, for comparison). Searches: 200
 queries of 1-4 words, each `visible_scopes` + `RecordStore.search` + `can_read` on every hit; the
 queries skip the 50 most frequent words, which play the part of the stop words that search drops
@@ -38,10 +38,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, ScopeKind, UsePolicy  # noqa: E402
-from memory.policy import Actor, Where, WriteAccess, can_read, can_write, visible_scopes  # noqa: E402
-from memory.records import NewRecord, RecordStore  # noqa: E402
-from memory.storage import Storage  # noqa: E402
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, ScopeKind, UsePolicy  # noqa: E402
+from memory.records.store import NewRecord, RecordStore  # noqa: E402
+from memory.store.storage import Storage  # noqa: E402
+from memory.trust.policy import Actor, Where, WriteAccess, can_read, can_write, visible_scopes  # noqa: E402
 
 BATCH = 1_000
 LOOKUPS = 2_000

@@ -99,11 +99,11 @@ from recall_scale import (  # noqa: E402
 )
 from sqlalchemy import make_url  # noqa: E402
 
-from gateway.config import Config  # noqa: E402
-from gateway.config_load import parse_config  # noqa: E402
-from memory.policy import Actor  # noqa: E402
-from memory.storage import Storage  # noqa: E402
-from memory.vectors import KINDS, DatabaseIndex, Reach, VectorIndex, VectorStore, text_hash  # noqa: E402
+from gateway.config.load import parse_config  # noqa: E402
+from gateway.config.model import Config  # noqa: E402
+from memory.embed.vectors import KINDS, DatabaseIndex, Reach, VectorIndex, VectorStore, text_hash  # noqa: E402
+from memory.store.storage import Storage  # noqa: E402
+from memory.trust.policy import Actor  # noqa: E402
 
 SIZES = (10_000, 100_000)
 REAL_TEXTS = 137_903  # distinct texts of recall_scale's wordings: beyond, bulk_memories makes more
@@ -332,7 +332,7 @@ async def vector_leg(
     """The vector search alone, as the vector leg asks it (alice's visible items, the top K), and on
     PostgreSQL the share of the exact top K the HNSW search found (for the first `exact_sample`
     questions, None: all)."""
-    from gateway.recall import _Legs
+    from gateway.recall.engine import _Legs
 
     legs = _Legs(recall, actor, where, await recall.speakers())
     reach = Reach(

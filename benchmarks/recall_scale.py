@@ -93,21 +93,21 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gateway.config import Config  # noqa: E402
-from gateway.config_load import parse_config  # noqa: E402
-from gateway.context import Section  # noqa: E402
-from gateway.memory_service import MemoryService  # noqa: E402
-from gateway.recall import TurnRecall  # noqa: E402
-from memory.daily import DailyFiles  # noqa: E402
-from memory.daily_index import DailyIndex, write_owner_marker  # noqa: E402
-from memory.embeddings import Embedder, LocalEmbedder, make_embedder  # noqa: E402
-from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
-from memory.policy import Actor, Where  # noqa: E402
-from memory.records import NewRecord  # noqa: E402
-from memory.schema import daily_chunks  # noqa: E402
-from memory.sessions import Message  # noqa: E402
-from memory.storage import Storage  # noqa: E402
-from memory.vectors import VectorIndex, VectorStore  # noqa: E402
+from gateway.config.load import parse_config  # noqa: E402
+from gateway.config.model import Config  # noqa: E402
+from gateway.recall.engine import TurnRecall  # noqa: E402
+from gateway.session.memory_service import MemoryService  # noqa: E402
+from gateway.turn.context import Section  # noqa: E402
+from memory.archive.daily import DailyFiles  # noqa: E402
+from memory.archive.daily_index import DailyIndex, write_owner_marker  # noqa: E402
+from memory.embed.embeddings import Embedder, LocalEmbedder, make_embedder  # noqa: E402
+from memory.embed.vectors import VectorIndex, VectorStore  # noqa: E402
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
+from memory.records.store import NewRecord  # noqa: E402
+from memory.store.schema import daily_chunks  # noqa: E402
+from memory.store.sessions import Message  # noqa: E402
+from memory.store.storage import Storage  # noqa: E402
+from memory.trust.policy import Actor, Where  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 DATA = ROOT.parent / "shared" / "bench" / "locomo10.json"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost of secret redaction per chat message (`memory.redact`), which runs on every message stored.
+"""Cost of secret redaction per chat message (`memory.trust.redact`), which runs on every message stored.
 
     .venv/bin/python benchmarks/redact_speed.py                       # about 5 s
     .venv/bin/python benchmarks/redact_speed.py --quick               # about 1 s
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memory import redact as current  # noqa: E402
+from memory.trust import redact as current  # noqa: E402
 
 TARGET_300_US = 150.0
 
@@ -169,7 +169,7 @@ def _load(path: str) -> ModuleType:
 
 
 def _load_package(folder: Path) -> ModuleType:
-    """A copy of the package. Its modules import each other as memory.redact._…, so while it loads
+    """A copy of the package. Its modules import each other as memory.trust.redact._…, so while it loads
     it stands in for the current package under that name; the current modules are then put back
     (the copy's functions keep their own module globals, so both run side by side)."""
     name = current.__name__

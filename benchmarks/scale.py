@@ -69,7 +69,7 @@ TARGET_SPEEDUP = 1.7
 
 async def gateway_main(api_base: str, data_dir: str, database_url: str, name: str) -> None:
     from gateway.app import Gateway
-    from gateway.config_load import parse_config
+    from gateway.config.load import parse_config
 
     data = shared.gateway_config_data(api_base, data_dir)
     data["storage"] |= {"database_url": database_url, "instance_name": name}

@@ -33,14 +33,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gateway.config import Config  # noqa: E402
-from gateway.llm import LLMClient  # noqa: E402
-from gateway.session_memory import SessionMemory  # noqa: E402
-from gateway.turn import system_prompt  # noqa: E402
+from gateway.config.model import Config  # noqa: E402
+from gateway.llm.client import LLMClient  # noqa: E402
+from gateway.session.budget import SessionMemory  # noqa: E402
+from gateway.turn.engine import system_prompt  # noqa: E402
+from memory.archive.daily import DailyFiles  # noqa: E402
 from memory.budget import Budget, plan_flush, plan_trim  # noqa: E402
-from memory.daily import DailyFiles  # noqa: E402
-from memory.sessions import Message  # noqa: E402
-from memory.storage import Storage  # noqa: E402
+from memory.store.sessions import Message  # noqa: E402
+from memory.store.storage import Storage  # noqa: E402
 
 SIZES = (10, 100, 1_000, 10_000)
 WINDOW = 50  # turns timed from each size on

@@ -208,7 +208,7 @@ async def gateway_main(api_base: str, data_dir: str) -> None:
     import cProfile
 
     from gateway.app import Gateway
-    from gateway.config_load import parse_config
+    from gateway.config.load import parse_config
 
     gw = Gateway(parse_config(gateway_config_data(api_base, data_dir), "benchmark", env={}))
     await gw.start()
@@ -245,10 +245,10 @@ async def gateway_main(api_base: str, data_dir: str) -> None:
 
 def gateway_shaped_prompt(history_turns: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The messages and tools the gateway sends after `history_turns` turns in a conversation."""
-    from gateway.config_load import parse_config
-    from gateway.tools import ToolRegistry
-    from gateway.turn import build_messages
-    from memory.sessions import Message
+    from gateway.config.load import parse_config
+    from gateway.turn.engine import build_messages
+    from gateway.turn.tools import ToolRegistry
+    from memory.store.sessions import Message
 
     config = parse_config(gateway_config_data("http://127.0.0.1:9/v1", "/nonexistent"), "benchmark", env={})
     agent = config.agent(None)
@@ -276,7 +276,7 @@ async def _measure(name: str, call: Callable[[], Awaitable[None]], n: int, warmu
 
 
 async def baseline_main(api_base: str, calls: int, history_turns: int) -> None:
-    from gateway.llm import Completion, LLMClient, ModelSpec
+    from gateway.llm.client import Completion, LLMClient, ModelSpec
 
     t0 = time.perf_counter()
     litellm = LLMClient._import()  # the gateway's own litellm settings
@@ -372,8 +372,8 @@ async def storage_ops(n: int) -> dict[str, float]:
     """CPU per call of the storage operations a REST turn makes (SQLite in a temporary directory)."""
     import uuid
 
-    from memory.sessions import Message
-    from memory.storage import Storage
+    from memory.store.sessions import Message
+    from memory.store.storage import Storage
 
     with tempfile.TemporaryDirectory(prefix="clawgate-bench-db-") as tmp:
         st = await Storage.open(f"sqlite:///{tmp}/bench.sqlite3")
@@ -782,7 +782,7 @@ def markdown(res: dict[str, Any]) -> str:
         "\n`call_*` rows are `LLMClient.stream`, the model call a turn makes, with the gateway's system "
         f"prompt, {env['prompt_history_turns']} earlier turns of history and the tool schemas: `stream` for "
         "chat pages and platforms that edit, `json` (one answer) for REST turns; `litellm` through "
-        "`litellm.acompletion`, `direct` through `gateway/openai_wire.py` (what `ai.transport: auto` uses "
+        "`litellm.acompletion`, `direct` through `gateway/llm/openai_wire.py` (what `ai.transport: auto` uses "
         "for an OpenAI-compatible `api_base`). Own work = gateway CPU per turn - the `call_json_*` row of "
         "the run's transport. Against the bare `litellm_json` call instead: "
         + ", ".join(f"{k} {v:.2f} ms" for k, v in res["own_work_vs_bare_json_cpu_ms"].items())

@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from gateway.ports import Adapter, ChannelServices
+from gateway.core.ports import Adapter, ChannelServices
 
 if TYPE_CHECKING:
-    from gateway.probe import Finding, Probe
+    from gateway.core.probe import Finding, Probe
 
 _FACTORIES = {
     "web": "channels.web.adapter:create",

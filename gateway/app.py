@@ -15,41 +15,41 @@ from typing import Any
 from aiohttp import web
 
 import channels
-from gateway import console
-from gateway.auth import TokenAuth
-from gateway.commands import COMMANDS
-from gateway.config import Config, TelegramChannelConfig, WebChannelConfig
-from gateway.config_load import secret_values
-from gateway.console.service import ConsoleService
-from gateway.consolidation import CONSOLIDATE_JOB, Consolidator
-from gateway.context import CoreFiles, PromptContext
-from gateway.delivery import Delivery
-from gateway.events import ConversationRef, MessageReceived
-from gateway.formation import Formation
-from gateway.jobs import JobRunner
-from gateway.llm import LLMClient, ModelSpec
-from gateway.logs import event, setup_logging
-from gateway.memory_service import MemoryService
-from gateway.memory_tools import consolidate_tool, memory_tools, search_archive_tool
-from gateway.merge_job import MERGE_JOB, Merger, scheduler_from_config
-from gateway.metrics import Metrics
-from gateway.openai_api import OpenAIApi
-from gateway.ports import Adapter, ChannelServices, HistoryItem, RecordedReply
-from gateway.recall import TurnRecall, embedder_from_config
-from gateway.recall_trace import TraceRecorder
+from gateway.config.load import secret_values
+from gateway.config.model import Config, TelegramChannelConfig, WebChannelConfig
+from gateway.core.events import ConversationRef, MessageReceived
+from gateway.core.logs import event, setup_logging
+from gateway.core.metrics import Metrics
+from gateway.core.ports import Adapter, ChannelServices, HistoryItem, RecordedReply
+from gateway.jobs.consolidation import CONSOLIDATE_JOB, Consolidator
+from gateway.jobs.formation import Formation
+from gateway.jobs.merge import MERGE_JOB, Merger, scheduler_from_config
+from gateway.jobs.runner import JobRunner
+from gateway.llm.client import LLMClient, ModelSpec
+from gateway.recall.engine import TurnRecall, embedder_from_config
+from gateway.recall.trace import TraceRecorder
 from gateway.reload import Reloader, llm_settings
-from gateway.router import Router
-from gateway.server import HostPolicy, MetricsAccess, add_ops_routes, build_app
-from gateway.session_memory import SessionMemory
-from gateway.tools import CURRENT_TIME, ToolRegistry
-from gateway.turn import NOTICE_AUTHOR, TurnEngine, model_chain
-from memory.daily import DailyFiles
-from memory.daily_index import DailyIndex
-from memory.leases import SessionLeases
-from memory.presets import PresetStore
-from memory.storage import Storage
-from memory.traces import TraceStore
-from memory.write_check import WriteCheck
+from gateway.session.budget import SessionMemory
+from gateway.session.memory_service import MemoryService
+from gateway.session.memory_tools import consolidate_tool, memory_tools, search_archive_tool
+from gateway.turn.commands.chat import COMMANDS
+from gateway.turn.context import CoreFiles, PromptContext
+from gateway.turn.delivery import Delivery
+from gateway.turn.engine import NOTICE_AUTHOR, TurnEngine, model_chain
+from gateway.turn.router import Router
+from gateway.turn.tools import CURRENT_TIME, ToolRegistry
+from gateway.web import console
+from gateway.web.auth import TokenAuth
+from gateway.web.console.service import ConsoleService
+from gateway.web.openai_api import OpenAIApi
+from gateway.web.server import HostPolicy, MetricsAccess, add_ops_routes, build_app
+from memory.archive.daily import DailyFiles
+from memory.archive.daily_index import DailyIndex
+from memory.store.leases import SessionLeases
+from memory.store.presets import PresetStore
+from memory.store.storage import Storage
+from memory.store.traces import TraceStore
+from memory.store.write_check import WriteCheck
 
 log = logging.getLogger("clawgate.app")
 
@@ -441,7 +441,7 @@ class Gateway:
 
 
 def host_policy(config: Config) -> HostPolicy:
-    """The Host names the web server answers (DNS rebinding, gateway/server.py): where the web
+    """The Host names the web server answers (DNS rebinding, gateway/web/server.py): where the web
     channels listen and are published, and where Telegram calls its webhooks."""
     webs = config.web_channels().values()
     urls = [c.public_url for c in webs if c.public_url]

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.config import Config
-from gateway.probe import mask_userinfo
-from memory.db import OS_UNWRITABLE
-from memory.write_check import write_probe
+from gateway.config.model import Config
+from gateway.core.probe import mask_userinfo
+from memory.store.db import OS_UNWRITABLE
+from memory.store.write_check import write_probe
 
 _CAUSES = {
     **OS_UNWRITABLE,
@@ -197,7 +197,7 @@ def storage_failure(exc: BaseException, config: Config, *, opening: bool) -> Sto
 
     from sqlalchemy.exc import DBAPIError
 
-    from memory.db import unwritable_reason
+    from memory.store.db import unwritable_reason
 
     key = _database_key(config)
     url = config.storage.resolved_database_url

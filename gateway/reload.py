@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 import yaml  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
-from gateway.config import AgentConfig, AIConfig, ChatChannelConfig, Config
-from gateway.config_load import ConfigError, ConfigProblem, load_config, secret_values
-from gateway.logs import event, setup_logging
+from gateway.config.load import ConfigError, ConfigProblem, load_config, secret_values
+from gateway.config.model import AgentConfig, AIConfig, ChatChannelConfig, Config
+from gateway.core.logs import event, setup_logging
 from gateway.reload_files import STATUS_FILE, write_atomically
-from gateway.turn import model_chain
+from gateway.turn.engine import model_chain
 
 if TYPE_CHECKING:
     from gateway.app import Gateway

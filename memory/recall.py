@@ -70,11 +70,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memory.model import MemoryClass, MemoryRecord
+from memory.records.model import MemoryClass, MemoryRecord
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # (kind, id), as memory.vectors names items
+Key = tuple[str, str]  # (kind, id), as memory.embed.vectors names items
 Vector = npt.NDArray[np.float32]
 
 RECENCY_FLOOR = 0.95
@@ -338,7 +338,7 @@ def _similar(a: frozenset[str], b: frozenset[str], threshold: float) -> bool:
 BEYOND_LIMIT = "beyond_limit"  # k items were already chosen
 OVER_BUDGET = "over_memory_budget"  # longer than what was left of max_chars
 NEAR_REPEAT = "near_repeat"  # says nearly what a chosen item says (word overlap)
-# Why a turn's trust rules leave one out (gateway/recall_select.py decides them).
+# Why a turn's trust rules leave one out (gateway/recall/select.py decides them).
 WEAK_EVIDENCE = "weak_evidence_match"  # unconfirmed evidence under the evidence floor
 CONFLICTING = "conflicts_with_confirmed"  # its confirmed counterpart did not make it into the prompt
 NOTICE = "gateway_notice"  # an archived notice the gateway itself wrote
@@ -401,7 +401,7 @@ def resolve_floor(settings: RecallSettings, calibrated: float | None) -> tuple[f
 
 
 # The evidence floor without a vector leg, on a hit's full-text score relative to the turn's best
-# (gateway/recall_select.py lexical_strength): it keeps 90 % of the answers recall ranks on the tune
+# (gateway/recall/select.py lexical_strength): it keeps 90 % of the answers recall ranks on the tune
 # half of benchmarks/data/assistant_memory and keeps out 67 % of the other items of a turn's top 8
 # (on the test half: 90 % kept, 62 % kept out).
 EVIDENCE_FLOOR_LEXICAL = 0.7

@@ -4,7 +4,7 @@ import os
 import tempfile
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# The ONNX graphs the local embedder builds (memory.onnx_bert) go to a cache of the tests' own, kept
+# The ONNX graphs the local embedder builds (memory.embed.onnx_bert) go to a cache of the tests' own, kept
 # between runs (its key rebuilds a stale one), never into the user's ~/.cache.
 os.environ.setdefault("CLAWGATE_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"clawgate-tests-{os.getuid()}"))
 
@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.config import Config
-from gateway.config_load import parse_config
+from gateway.config.load import parse_config
+from gateway.config.model import Config
 from tests.fakes.llm import FakeLLM
 
 ALICE_TOKEN = "alice-token-0123456789"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.memory_service import EVIDENCE_ONLY
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
-from memory.storage import Storage
+from gateway.session.memory_service import EVIDENCE_ONLY
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
+from memory.store.storage import Storage
 
 
 async def make_memory(

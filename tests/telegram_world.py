@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.app import Gateway
-from gateway.config_load import parse_config
+from gateway.config.load import parse_config
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import FakeTelegram
 

@@ -29,10 +29,10 @@ from channels.discord.errors import DiscordStartError
 from channels.discord.normalize import command_name, normalize, normalize_command
 from channels.discord.payloads import channel_payload, interaction_payload, message_payload
 from channels.discord.render import render, rendered_length
-from gateway.config import DiscordChannelConfig
-from gateway.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
-from gateway.logs import event
-from gateway.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy
+from gateway.config.model import DiscordChannelConfig
+from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.logs import event
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy
 
 log = logging.getLogger("clawgate.channels.discord")
 T = TypeVar("T")

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import discord
 
-from gateway.ports import DeliveryError
+from gateway.core.ports import DeliveryError
 
 # A proxy that timed out waiting for Discord: the request may have been processed behind it.
 AMBIGUOUS_5XX = frozenset({504, 524})

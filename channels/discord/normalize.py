@@ -15,7 +15,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from channels.discord.commands import CHAT_INPUT, TEXT_OPTION
-from gateway.events import Actor, Attachment, ConversationKind, ConversationRef, MessageReceived, MessageRef, utcnow
+from gateway.core.events import (
+    Actor,
+    Attachment,
+    ConversationKind,
+    ConversationRef,
+    MessageReceived,
+    MessageRef,
+    utcnow,
+)
 
 # Channel types (https://discord.com/developers/docs/resources/channel#channel-object-channel-types).
 DM = 1

@@ -11,8 +11,8 @@ import errno
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config import DiscordChannelConfig
-from gateway.probe import Finding, FindingStatus, Probe, short, timed_out, unreachable
+from gateway.config.model import DiscordChannelConfig
+from gateway.core.probe import Finding, FindingStatus, Probe, short, timed_out, unreachable
 
 
 def shard_advice(recommended: int, configured: int | None) -> tuple[FindingStatus, str, str | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.splitting import fence_after
+from gateway.core.splitting import fence_after
 
 ZWSP = "\u200b"
 _PING = re.compile(r"@(everyone|here|[!&]?[0-9]{17,20})")

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from gateway.ports import DeliveryError
+from gateway.core.ports import DeliveryError
 
 
 class SlackStartError(RuntimeError):

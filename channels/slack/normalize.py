@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.events import Actor, Attachment, ConversationKind, ConversationRef, MessageReceived, MessageRef
+from gateway.core.events import Actor, Attachment, ConversationKind, ConversationRef, MessageReceived, MessageRef
 
 # Message subtypes that are someone writing to us; everything else (joins, topic changes,
 # deletions, bot_message, ...) is not a message to answer.

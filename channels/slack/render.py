@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.splitting import fence_after
+from gateway.core.splitting import fence_after
 
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")

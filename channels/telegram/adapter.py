@@ -30,11 +30,11 @@ from telegram.request import HTTPXRequest
 from channels.telegram.errors import TelegramStartError, delivery_error
 from channels.telegram.normalize import ALLOWED_UPDATES, BotIdentity, normalize_update
 from channels.telegram.render import render
-from gateway.config import TelegramChannelConfig
-from gateway.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
-from gateway.logs import event
-from gateway.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy
-from gateway.splitting import utf16_len
+from gateway.config.model import TelegramChannelConfig
+from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.logs import event
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy
+from gateway.core.splitting import utf16_len
 
 log = logging.getLogger("clawgate.channels.telegram")
 

@@ -1,4 +1,4 @@
-"""python-telegram-bot exceptions -> gateway.ports.DeliveryError, by exception type only.
+"""python-telegram-bot exceptions -> gateway.core.ports.DeliveryError, by exception type only.
 
 PTB raises `TimedOut` and `NetworkError` for transport failures and chains the httpx exception
 as `__cause__`; that cause tells whether the request can have reached Telegram.
@@ -24,7 +24,7 @@ from telegram.error import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
-from gateway.ports import DeliveryError
+from gateway.core.ports import DeliveryError
 
 # Failures that happen before a single byte of the request left: safe to send again.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)

@@ -1,4 +1,4 @@
-"""Telegram Update JSON -> gateway.events.MessageReceived. Pure: no SDK, no network.
+"""Telegram Update JSON -> gateway.core.events.MessageReceived. Pure: no SDK, no network.
 
 Works on the Bot API's JSON shape (what a webhook receives, and what PTB's `Update.to_dict()`
 gives back in polling mode). Entity offsets are in UTF-16 code units, as Telegram sends them.
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.events import Actor, Attachment, ConversationKind, ConversationRef, MessageReceived, MessageRef
+from gateway.core.events import Actor, Attachment, ConversationKind, ConversationRef, MessageReceived, MessageRef
 
 # Update kinds the adapter asks Telegram for (getUpdates / setWebhook `allowed_updates`).
 ALLOWED_UPDATES = ("message", "edited_message")

@@ -9,8 +9,8 @@ import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config import TelegramChannelConfig
-from gateway.probe import Finding, FindingStatus, Probe, needs_web_server, short, timed_out, unreachable
+from gateway.config.model import TelegramChannelConfig
+from gateway.core.probe import Finding, FindingStatus, Probe, needs_web_server, short, timed_out, unreachable
 
 
 def webhook_state(

@@ -14,11 +14,11 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from gateway.config import WebChannelConfig
-from gateway.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
-from gateway.http_input import BadJson, BodyTooLarge, is_local_request, parse_json, read_body
-from gateway.logs import event
-from gateway.ports import (
+from gateway.config.model import WebChannelConfig
+from gateway.core.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.http_input import BadJson, BodyTooLarge, is_local_request, parse_json, read_body
+from gateway.core.logs import event
+from gateway.core.ports import (
     Capabilities,
     ChannelServices,
     EventSink,

@@ -18,9 +18,9 @@ import channels
 from channels.discord import endpoints
 from channels.discord.adapter import DiscordAdapter
 from channels.discord.errors import DiscordStartError
-from gateway.config import DiscordChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
-from gateway.ports import ChannelServices, DeliveryError, SessionBusy
+from gateway.config.model import DiscordChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.ports import ChannelServices, DeliveryError, SessionBusy
 from tests.fakes.discord import (
     APP_ID,
     BOT_ID,

@@ -7,7 +7,7 @@ import discord
 import pytest
 
 from channels.discord.errors import PlatformRefusal, refusal_from, to_delivery_error
-from gateway.ports import DeliveryError
+from gateway.core.ports import DeliveryError
 
 
 def test_sdk_rate_limited_keeps_its_retry_after() -> None:

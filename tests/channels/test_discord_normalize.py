@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from channels.discord.normalize import command_name, conversation, normalize, normalize_command
-from gateway.events import ConversationKind, ConversationRef, event_to_payload
+from gateway.core.events import ConversationKind, ConversationRef, event_to_payload
 
 PAYLOADS = Path(__file__).parent.parent / "payloads" / "discord"
 BOT = "1100000000000000001"

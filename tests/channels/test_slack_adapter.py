@@ -16,9 +16,9 @@ from aiohttp import web
 import channels
 from channels.slack.adapter import SlackAdapter
 from channels.slack.errors import SlackStartError
-from gateway.config import SlackChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
-from gateway.ports import ChannelServices, DeliveryError
+from gateway.config.model import SlackChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.ports import ChannelServices, DeliveryError
 from tests.fakes.serve import serve_loopback
 from tests.fakes.slack import ApiError, FakeSlack, Hang, RateLimited, ServerError
 

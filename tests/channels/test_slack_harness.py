@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.events import OutboundMessage
-from gateway.ports import DeliveryError
+from gateway.core.events import OutboundMessage
+from gateway.core.ports import DeliveryError
 from tests.contract.harness import Harness
 from tests.contract.harness_slack import SlackHarness
 

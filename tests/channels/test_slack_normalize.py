@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from channels.slack.normalize import BotIdentity, clean_text, normalize_command, normalize_event
-from gateway.events import Attachment, ConversationKind, ConversationRef, MessageRef
+from gateway.core.events import Attachment, ConversationKind, ConversationRef, MessageRef
 
 PAYLOADS = Path(__file__).parent.parent / "payloads" / "slack"
 BOT = BotIdentity(user_id="U0BOT00001", bot_id="B0BOT00001", team_id="T123ABC456")

@@ -15,10 +15,10 @@ from telegram.error import TelegramError
 import channels
 from channels.telegram.adapter import TelegramAdapter
 from channels.telegram.errors import TelegramStartError
-from gateway.config import TelegramChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
-from gateway.ports import DeliveryError, SessionBusy
-from gateway.splitting import utf16_len
+from gateway.config.model import TelegramChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.ports import DeliveryError, SessionBusy
+from gateway.core.splitting import utf16_len
 from tests.contract.harness_telegram import TelegramHarness, services
 from tests.fakes.telegram import BOT_ID, FORUM_ID, GROUP_ID, TOPIC_ID, Fail, FakeTelegram, Hang
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from telegram import Update
 
 from channels.telegram.normalize import BotIdentity, attachments_of, normalize_update
-from gateway.events import Attachment, ConversationKind, MessageReceived
+from gateway.core.events import Attachment, ConversationKind, MessageReceived
 
 PAYLOADS = Path(__file__).parent.parent / "payloads" / "telegram"
 BOT = BotIdentity(7000001, "clawgate_test_bot")

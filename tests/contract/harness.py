@@ -11,8 +11,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from gateway.events import ConversationRef, MessageReceived
-from gateway.ports import Adapter
+from gateway.core.events import ConversationRef, MessageReceived
+from gateway.core.ports import Adapter
 
 Where = Literal["dm", "group", "thread"]
 

@@ -9,9 +9,9 @@ import aiohttp.web
 from pydantic import SecretStr
 
 import channels
-from gateway.config import DiscordChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived
-from gateway.ports import Adapter, ChannelServices
+from gateway.config.model import DiscordChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
+from gateway.core.ports import Adapter, ChannelServices
 from tests.contract.harness import Sent, Where
 from tests.fakes.discord import (
     BOT_ID,

@@ -15,9 +15,9 @@ from aiohttp import web
 from pydantic import SecretStr
 
 import channels
-from gateway.config import SlackChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived
-from gateway.ports import Adapter, ChannelServices
+from gateway.config.model import SlackChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
+from gateway.core.ports import Adapter, ChannelServices
 from tests.contract.harness import Sent, Where
 from tests.fakes.slack import Behavior, FakeSlack, Hang, Posted, RateLimited, ServerError
 

@@ -8,9 +8,9 @@ from typing import Any, Literal
 from aiohttp import web
 
 import channels
-from gateway.config import TelegramChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived
-from gateway.ports import Adapter, ChannelServices, HistoryItem
+from gateway.config.model import TelegramChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
+from gateway.core.ports import Adapter, ChannelServices, HistoryItem
 from tests.contract.harness import Sent, Where
 from tests.fakes.telegram import FORUM_ID, GROUP_ID, TOPIC_ID, Fail, FakeTelegram, Hang, SentMessage
 

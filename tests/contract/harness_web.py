@@ -12,9 +12,9 @@ import pytest
 from aiohttp import web
 
 import channels
-from gateway.config import WebChannelConfig
-from gateway.events import ConversationKind, ConversationRef, MessageReceived
-from gateway.ports import Adapter, ChannelServices, HistoryItem
+from gateway.config.model import WebChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
+from gateway.core.ports import Adapter, ChannelServices, HistoryItem
 from tests.contract.harness import Sent, Where
 from tests.fakes.serve import serve_loopback
 

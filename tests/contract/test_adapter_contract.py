@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.delivery import Delivery
-from gateway.events import ConversationKind, MessageReceived, OutboundMessage
-from gateway.ports import DeliveryError
-from gateway.turn import TurnResult
-from memory.storage import Storage
+from gateway.core.events import ConversationKind, MessageReceived, OutboundMessage
+from gateway.core.ports import DeliveryError
+from gateway.turn.delivery import Delivery
+from gateway.turn.engine import TurnResult
+from memory.store.storage import Storage
 from tests.contract.harness import Harness
 
 HARNESSES = {

@@ -26,8 +26,8 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.recall_prompt import FOLLOW, WEIGH
-from memory.model import MemoryClass, Provenance, ReviewStatus
+from gateway.recall.prompt import FOLLOW, WEIGH
+from memory.records.model import MemoryClass, Provenance, ReviewStatus
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
 from tests.e2e.test_chat_browser import CHROMIUM_MISSING, REPO_ROOT, WAIT_MS, _chromium_missing, _launch_chromium
 from tests.fakes.llm import FakeLLM

@@ -1,7 +1,7 @@
 """A deterministic stand-in for a sentence-embedding model, for recall tests that must not wait for
 MiniLM: every word adds to one dimension, chosen by its *concept* when the test names one (so
 "basil" and "grow" can be close without sharing a word, as with a real model) and by a hash
-otherwise. It implements memory.embeddings.Embedder for real; it is not a mock of a library."""
+otherwise. It implements memory.embed.embeddings.Embedder for real; it is not a mock of a library."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from memory.embeddings import Vectors, normalize
+from memory.embed.embeddings import Vectors, normalize
 
 _WORD = re.compile(r"[^\W_]+")
 

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.config_load import parse_config
+from gateway.config.load import parse_config
 from tests.fakes.discord import FakeDiscord, user
 from tests.fakes.llm import FakeLLM, Gate, Reply
 from tests.fakes.slack import FakeSlack

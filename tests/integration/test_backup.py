@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway import backup
 from gateway.app import Gateway
+from gateway.cli import backup
 from tests.cli import run_cli
 from tests.conftest import ALICE_TOKEN, auth, make_config, say
 from tests.fakes.llm import FakeLLM, Reply

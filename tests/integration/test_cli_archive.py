@@ -11,8 +11,8 @@ import yaml
 from sqlalchemy import insert
 from sqlalchemy.engine import Connection
 
-from memory.schema import archived_messages, sessions
-from memory.storage import Storage
+from memory.store.schema import archived_messages, sessions
+from memory.store.storage import Storage
 from tests.cli import run_cli
 
 WHEN = datetime(2026, 11, 30, 14, 5, tzinfo=UTC)

@@ -24,9 +24,9 @@ from aiohttp import web
 from sqlalchemy import insert, text
 from sqlalchemy.engine import Connection
 
-from gateway import doctor
-from gateway.doctor import Context
-from gateway.server import HostPolicy, add_ops_routes, build_app
+from gateway.doctor import checks as doctor
+from gateway.doctor.checks import Context
+from gateway.web.server import HostPolicy, add_ops_routes, build_app
 from tests.cli import REPO, run_cli
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.llm import Fail, FakeLLM, Hang
@@ -43,7 +43,7 @@ def _head() -> str:
     """The newest migration: the schema a freshly opened database is at."""
     from alembic.script import ScriptDirectory
 
-    from memory.db import _alembic_config
+    from memory.store.db import _alembic_config
 
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
     assert head is not None
@@ -53,7 +53,7 @@ def _head() -> str:
 HEAD = _head()
 # Runs the CLI in one process and reports which heavy modules it imported on the way.
 PROBE = (
-    "import sys; from gateway.cli import main; rc = main(sys.argv[1:]); "
+    "import sys; from gateway.cli.main import main; rc = main(sys.argv[1:]); "
     "heavy = sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'litellm') if m in sys.modules); "
     "print('imported:', ','.join(heavy) or 'nothing heavy', file=sys.stderr); sys.exit(rc)"
 )
@@ -107,10 +107,10 @@ def _row(table: str, name: str) -> str:
 async def _fill(tmp_path: Path) -> list[str]:
     """A database at the newest schema: 4 memories of Alice (and a trace, never searchable), one
     archived message and two daily chunks. The ids of the memories."""
-    from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-    from memory.records import NewRecord
-    from memory.schema import archived_messages, daily_chunks, sessions
-    from memory.storage import Storage
+    from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+    from memory.records.store import NewRecord
+    from memory.store.schema import archived_messages, daily_chunks, sessions
+    from memory.store.storage import Storage
 
     when = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -156,8 +156,8 @@ async def _fill(tmp_path: Path) -> list[str]:
 
 
 async def _store_vectors(tmp_path: Path, model: str, dim: int, kind: str, count: int) -> None:
-    from memory.storage import Storage
-    from memory.vectors import VectorStore, text_hash
+    from memory.embed.vectors import VectorStore, text_hash
+    from memory.store.storage import Storage
 
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:
@@ -170,7 +170,7 @@ async def _store_vectors(tmp_path: Path, model: str, dim: int, kind: str, count:
 
 
 async def _set_revision(tmp_path: Path, revision: str) -> None:
-    from memory.db import Database
+    from memory.store.db import Database
 
     db = Database(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:
@@ -381,8 +381,8 @@ async def test_a_broken_config_lists_every_problem_and_skips_the_rest(tmp_path: 
 
 
 async def test_the_local_runtime_is_reported_without_building_or_importing_it(tmp_path: Path) -> None:
-    from memory.embeddings import local_model_path
-    from memory.onnx_bert import cached_model
+    from memory.embed.embeddings import local_model_path
+    from memory.embed.onnx_bert import cached_model
 
     config = _config(tmp_path, search={"provider": "local"})
     graph, _ = cached_model(local_model_path(), tmp_path / "cache" / "onnx")  # what a first start does

@@ -46,7 +46,7 @@ async def test_import_search_as_a_user_and_export(tmp_path: Path) -> None:
     assert rc == 0, err
     assert "imported 3 memories into personal:alice" in out
     # As the gateway needs users to exist, run it once: the CLI reads users from the database.
-    from memory.storage import Storage
+    from memory.store.storage import Storage
 
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway import cli, cli_review
-from gateway.memory_commands import REVIEW_ACTIONS
-from memory.model import MemoryRecord, Provenance, RecordStatus, ReviewStatus
-from memory.storage import Storage
+from gateway.cli import main as cli
+from gateway.cli import review as cli_review
+from gateway.turn.commands.memory import REVIEW_ACTIONS
+from memory.records.model import MemoryRecord, Provenance, RecordStatus, ReviewStatus
+from memory.store.storage import Storage
 from tests.cli import run_cli
 from tests.conftest import ALICE_TOKEN, config_data
 from tests.memories import make_memory

@@ -37,9 +37,9 @@ def _config(tmp_path: Path, search: dict[str, Any] | None = None, recall: dict[s
 
 async def _fill(tmp_path: Path) -> dict[str, str]:
     """Alice's and Bob's personal memories and a global one; content → id."""
-    from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-    from memory.records import NewRecord
-    from memory.storage import Storage
+    from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+    from memory.records.store import NewRecord
+    from memory.store.storage import Storage
 
     item: dict[str, Any] = {
         "memory_class": MemoryClass.DURABLE_FACT,
@@ -162,9 +162,9 @@ async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
 async def test_batch_with_embeddings_embeds_only_the_queries_and_keeps_privacy(
     tmp_path: Path, fake_embeddings: FakeEmbeddings
 ) -> None:
-    from memory.embeddings import normalize
-    from memory.storage import Storage
-    from memory.vectors import VectorStore, text_hash
+    from memory.embed.embeddings import normalize
+    from memory.embed.vectors import VectorStore, text_hash
+    from memory.store.storage import Storage
 
     model = "openai/fake-embedder"
     search = {"provider": "openai", "model": "fake-embedder", "api_base": f"{fake_embeddings.url}/v1"}

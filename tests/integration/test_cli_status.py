@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from memory.storage import Storage
+from memory.store.storage import Storage
 from tests.cli import run_cli
 
 

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.config_load import ConfigError, parse_config
-from gateway.memory_service import EVIDENCE_ONLY
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
+from gateway.config.load import ConfigError, parse_config
+from gateway.session.memory_service import EVIDENCE_ONLY
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
 from tests.fakes.llm import FakeLLM, Reply
 from tests.memories import make_memory

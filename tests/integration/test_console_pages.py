@@ -14,8 +14,8 @@ import pytest
 from yarl import URL
 
 from gateway.app import Gateway
-from gateway.console.pages import console_path, with_notice
-from memory.model import MemoryRecord, Provenance, ReviewStatus
+from gateway.web.console.pages import console_path, with_notice
+from memory.records.model import MemoryRecord, Provenance, ReviewStatus
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN
 from tests.memories import make_memory
 

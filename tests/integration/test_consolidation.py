@@ -21,18 +21,18 @@ import yaml
 from sqlalchemy import select
 
 from gateway.app import Gateway
-from gateway.consolidation import ConsolidationRefused, Consolidator
-from gateway.events import utcnow
-from gateway.merge_job import MERGE_JOB, MergeScheduler
-from memory.consolidation import INSTRUCTIONS, marker
-from memory.daily import DailyFiles
-from memory.daily_index import DailyIndex, write_owner_marker
-from memory.jobs import DONE
-from memory.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, UsePolicy
-from memory.records import RecordStore, snapshot
-from memory.revisions import RevisionLog
-from memory.schema import daily_chunks, memory_records
-from memory.storage import Storage
+from gateway.core.events import utcnow
+from gateway.jobs.consolidation import ConsolidationRefused, Consolidator
+from gateway.jobs.merge import MERGE_JOB, MergeScheduler
+from memory.archive.daily import DailyFiles
+from memory.archive.daily_index import DailyIndex, write_owner_marker
+from memory.consolidation.rules import INSTRUCTIONS, marker
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, UsePolicy
+from memory.records.revisions import RevisionLog
+from memory.records.store import RecordStore, snapshot
+from memory.store.jobs import DONE
+from memory.store.schema import daily_chunks, memory_records
+from memory.store.storage import Storage
 from tests.cli import run_cli
 from tests.conftest import ALICE_TOKEN, ROOT_TOKEN, auth
 from tests.fakes.llm import Behavior, FakeLLM, Reply, ToolCall, echo
@@ -445,7 +445,7 @@ async def test_cli_consolidate_dry_run_then_real_run_and_revisions(tmp_path: Pat
 
 
 async def test_cli_undoes_a_merge_as_a_whole_and_refuses_an_older_change(tmp_path: Path, fake_llm: FakeLLM) -> None:
-    from gateway.merge_job import Merger
+    from gateway.jobs.merge import Merger
 
     config = cli_config(tmp_path, fake_llm)
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")

@@ -21,14 +21,14 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.events import utcnow
-from gateway.formation import KIND
-from gateway.session_memory import FLUSH_INSTRUCTIONS
-from gateway.turn import NOTICE_AUTHOR
-from memory.formation import INSTRUCTIONS, ArchivedRange
-from memory.jobs import DONE, PENDING, RUNNING, Job
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus
-from memory.sessions import Message
+from gateway.core.events import utcnow
+from gateway.jobs.formation import KIND
+from gateway.session.budget import FLUSH_INSTRUCTIONS
+from gateway.turn.engine import NOTICE_AUTHOR
+from memory.formation.admission import INSTRUCTIONS, ArchivedRange
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus
+from memory.store.jobs import DONE, PENDING, RUNNING, Job
+from memory.store.sessions import Message
 from tests.conftest import auth
 from tests.fakes.llm import Behavior, Fail, FakeLLM, Reply, echo
 from tests.fakes.telegram import FakeTelegram

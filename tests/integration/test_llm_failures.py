@@ -161,6 +161,6 @@ async def test_each_transport_is_the_one_used(gateway: Gateway, fake_llm: FakeLL
     await say(http, gateway, "hi")
     agent = fake_llm.requests[-1]["_headers"].get("User-Agent", "")
     if gateway.config.ai.transport == "auto":
-        assert "aiohttp" in agent, agent  # gateway/openai_wire.py
+        assert "aiohttp" in agent, agent  # gateway/llm/openai_wire.py
     else:
         assert "OpenAI" in agent, agent  # the openai SDK inside litellm

@@ -63,7 +63,7 @@ async def test_secrets_are_refused_and_never_stored(gateway: Gateway, http: aioh
     # Not even the inbound journal (kept for crash recovery) holds it.
     from sqlalchemy import select
 
-    from memory.schema import inbound_events
+    from memory.store.schema import inbound_events
 
     payloads = await gateway.storage.db.read(lambda c: c.execute(select(inbound_events.c.payload)).scalars().all())
     assert payloads and all(secret not in str(p) for p in payloads)

@@ -24,19 +24,19 @@ from sqlalchemy import create_engine, insert, inspect, make_url, select, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from gateway import cli
-from gateway.migrate_storage import Checksum, MigrateError, migrate
-from memory import schema
-from memory.daily import DailyFiles
-from memory.daily_index import DailyIndex
-from memory.db import MIGRATIONS, Database
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-from memory.presets import PresetStore
-from memory.revisions import Change
-from memory.sessions import FlushRequest, Message
-from memory.storage import Storage
-from memory.traces import INJECTED, TraceItem, TraceStore, Written
-from memory.vectors import VectorStore, text_hash
+from gateway.cli import main as cli
+from gateway.cli.migrate_storage import Checksum, MigrateError, migrate
+from memory.archive.daily import DailyFiles
+from memory.archive.daily_index import DailyIndex
+from memory.embed.vectors import VectorStore, text_hash
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+from memory.records.revisions import Change
+from memory.store import schema
+from memory.store.db import MIGRATIONS, Database
+from memory.store.presets import PresetStore
+from memory.store.sessions import FlushRequest, Message
+from memory.store.storage import Storage
+from memory.store.traces import INJECTED, TraceItem, TraceStore, Written
 from tests.postgres import fresh_database_url
 
 MODEL = "test-model"

@@ -1,6 +1,6 @@
 """Property-based fuzzing of /api/v1 against its own OpenAPI document (schemathesis), on a live gateway.
 
-Every operation of gateway/console/openapi.yaml is called with generated valid and invalid input
+Every operation of gateway/web/console/openapi.yaml is called with generated valid and invalid input
 (schemathesis' examples, coverage and fuzzing phases) as an administrator's bearer token, an
 ordinary user's, and that user's signed-in browser session (cookie and CSRF header). Every answer
 must be no server error, a documented status code, the documented content type and a body that
@@ -32,10 +32,10 @@ import yaml  # type: ignore[import-untyped]
 from schemathesis.engine import events
 
 from gateway.app import Gateway
-from gateway.auth import AuthThrottle
-from gateway.console.auth import COOKIE
-from gateway.memory_service import EVIDENCE_ONLY, INSTRUCTION
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope
+from gateway.session.memory_service import EVIDENCE_ONLY, INSTRUCTION
+from gateway.web.auth import AuthThrottle
+from gateway.web.console.auth import COOKIE
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope
 from tests.conftest import ALICE_TOKEN, ROOT_TOKEN, make_config
 from tests.fakes.llm import FakeLLM
 
@@ -187,7 +187,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
 def document_with_examples(seeds: Seeds) -> dict[str, Any]:
     """The served document, with the seeded ids as examples of the parameters that take them."""
-    text = resources.files("gateway.console").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    text = resources.files("gateway.web.console").joinpath("openapi.yaml").read_text(encoding="utf-8")
     doc: dict[str, Any] = yaml.safe_load(text)
 
     def examples(values: dict[str, Any]) -> dict[str, Any]:

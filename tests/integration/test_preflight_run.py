@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memory.storage import Storage
+from memory.store.storage import Storage
 from tests.cli import REPO, run_cli
 from tests.conftest import ALICE_TOKEN
 

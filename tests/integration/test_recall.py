@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from memory.vectors import DatabaseIndex, VectorIndex
+from memory.embed.vectors import DatabaseIndex, VectorIndex
 from tests.conftest import BOB_TOKEN, say
 from tests.fakes.llm import FakeLLM
 from tests.postgres import BACKENDS, fresh_database_url
@@ -81,8 +81,8 @@ async def test_vector_recall_with_the_local_model(
 async def test_a_question_naming_someone_finds_what_they_said(gateway: Gateway) -> None:
     """Authors are identities; a question names them by display name. The name boosts what that
     person said and is left out of the search text (it would match every message mentioning them)."""
-    from memory.policy import Actor, Where
-    from memory.sessions import Message
+    from memory.store.sessions import Message
+    from memory.trust.policy import Actor, Where
 
     storage, recall = gateway.storage, gateway.recall
     assert storage is not None and recall is not None
@@ -120,8 +120,8 @@ async def test_a_record_held_back_from_automatic_injection_is_not_recalled_into_
 ) -> None:
     """A disputed record (do_not_inject_automatically) and one usable neither as instruction nor as
     evidence stay out of the prompt; an explicit search still finds them."""
-    from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-    from memory.records import NewRecord
+    from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
+    from memory.records.store import NewRecord
 
     assert gateway.storage is not None
 

@@ -15,10 +15,10 @@ import pytest
 
 import gateway.app
 from gateway.app import Gateway
-from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-from memory.policy import Actor, Where
-from memory.records import NewRecord
-from memory.vectors import VectorIndex
+from memory.embed.vectors import VectorIndex
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
+from memory.records.store import NewRecord
+from memory.trust.policy import Actor, Where
 from tests.conftest import BOB_TOKEN
 from tests.fakes.embedder import ConceptEmbedder
 from tests.fakes.llm import FakeLLM, Reply
@@ -135,7 +135,7 @@ async def test_archived_neighbours_are_found_through_the_thread(
     ids = {h.content: h.id for h in archived}
     question = ids["Did you finally go to the Blue Note club?"]
     answer = ids["Yes, last Sunday, with Marta."]
-    from gateway.recall import _Legs
+    from gateway.recall.engine import _Legs
 
     legs = _Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key), {})
     near = await legs.neighbours([("archive", str(question))], 1)

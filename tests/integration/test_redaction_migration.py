@@ -15,11 +15,11 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection
 
-from memory.db import MIGRATIONS, Database
-from memory.redact import REDACTED
-from memory.schema import archived_messages, inbound_events, memory_vectors, messages, sessions
-from memory.sessions import Message
-from memory.storage import Storage
+from memory.store.db import MIGRATIONS, Database
+from memory.store.schema import archived_messages, inbound_events, memory_vectors, messages, sessions
+from memory.store.sessions import Message
+from memory.store.storage import Storage
+from memory.trust.redact import REDACTED
 from tests.postgres import BACKENDS, database_url
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

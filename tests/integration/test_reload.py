@@ -23,13 +23,13 @@ import pytest
 import yaml
 
 from gateway.app import Gateway
-from gateway.config import Config
-from gateway.config_load import load_config, parse_config
-from gateway.logs import redactor
+from gateway.config.load import load_config, parse_config
+from gateway.config.model import Config
+from gateway.core.logs import redactor
 from gateway.reload import plan_reload
 from gateway.reload_files import PID_FILE, STATUS_FILE
-from memory.presets import PresetError, PresetStore
-from memory.storage import Storage
+from memory.store.presets import PresetError, PresetStore
+from memory.store.storage import Storage
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth, config_data, say
 from tests.fakes.llm import FakeLLM, Gate, Hang, Reply, ToolCall
 from tests.waits import until

@@ -10,11 +10,11 @@ import pytest
 
 from channels.web.adapter import WebAdapter
 from gateway.app import Gateway
-from gateway.events import event_to_payload
-from gateway.session_memory import FLUSH_INSTRUCTIONS
-from memory.db import Database
-from memory.formation import INSTRUCTIONS as FORMATION_INSTRUCTIONS
-from memory.storage import Storage
+from gateway.core.events import event_to_payload
+from gateway.session.budget import FLUSH_INSTRUCTIONS
+from memory.formation.admission import INSTRUCTIONS as FORMATION_INSTRUCTIONS
+from memory.store.db import Database
+from memory.store.storage import Storage
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, auth
 from tests.fakes.llm import FakeLLM, Gate, Reply
 from tests.postgres import fresh_database_url

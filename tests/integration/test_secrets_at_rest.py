@@ -13,9 +13,9 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from gateway.app import Gateway
-from gateway.session_memory import FLUSH_INSTRUCTIONS
-from memory.formation import INSTRUCTIONS as FORMATION_INSTRUCTIONS
-from memory.schema import archived_messages, inbound_events, messages, sessions
+from gateway.session.budget import FLUSH_INSTRUCTIONS
+from memory.formation.admission import INSTRUCTIONS as FORMATION_INSTRUCTIONS
+from memory.store.schema import archived_messages, inbound_events, messages, sessions
 from tests.conftest import ALICE_TOKEN, auth
 from tests.fakes.llm import Behavior, FakeLLM, Reply, ToolCall, echo
 

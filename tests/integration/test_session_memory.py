@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.session_memory import FLUSH_INSTRUCTIONS
-from memory.db import Database
-from memory.formation import INSTRUCTIONS as FORMATION_INSTRUCTIONS
-from memory.sessions import Message, SessionState
-from memory.storage import Storage
+from gateway.session.budget import FLUSH_INSTRUCTIONS
+from memory.formation.admission import INSTRUCTIONS as FORMATION_INSTRUCTIONS
+from memory.store.db import Database
+from memory.store.sessions import Message, SessionState
+from memory.store.storage import Storage
 from tests.conftest import auth
 from tests.fakes.llm import Behavior, Fail, FakeLLM, Reply, ToolCall, echo
 from tests.postgres import fresh_database_url

@@ -18,7 +18,7 @@ import aiohttp
 from sqlalchemy import event
 
 from gateway.app import Gateway
-from memory.db import StorageUnwritable, unwritable_reason
+from memory.store.db import StorageUnwritable, unwritable_reason
 from tests.conftest import auth
 from tests.fakes.llm import FakeLLM, Gate, Reply
 from tests.telegram_world import telegram_world

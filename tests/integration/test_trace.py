@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from gateway.app import Gateway
-from memory.storage import Storage
-from memory.traces import BEYOND_LIMIT, CONTEXT_BUDGET, INJECTED, NEAR_REPEAT, TraceItem, TraceStore
+from memory.store.storage import Storage
+from memory.store.traces import BEYOND_LIMIT, CONTEXT_BUDGET, INJECTED, NEAR_REPEAT, TraceItem, TraceStore
 from tests.cli import run_cli
 from tests.conftest import BOB_TOKEN, ROOT_TOKEN, make_config, say
 from tests.fakes.llm import FakeLLM, Reply, ToolCall

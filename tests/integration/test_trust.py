@@ -14,14 +14,14 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.context import CLOSE, OPEN
-from gateway.events import utcnow
-from gateway.recall_prompt import FOLLOW, WEIGH
-from memory import policy
-from memory.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, UsePolicy
+from gateway.core.events import utcnow
+from gateway.recall.prompt import FOLLOW, WEIGH
+from gateway.turn.context import CLOSE, OPEN
 from memory.recall import WEAK_EVIDENCE
-from memory.records import NewRecord
-from memory.traces import INJECTED
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, UsePolicy
+from memory.records.store import NewRecord
+from memory.store.traces import INJECTED
+from memory.trust import policy
 from tests.conftest import ALICE_TOKEN, ROOT_TOKEN, say
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.memories import memory_id

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from gateway.app import Gateway
-from gateway.context import CLOSE, OPEN
-from gateway.recall_prompt import FOLLOW, NOTES, WEIGH
-from memory import policy
-from memory.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
+from gateway.recall.prompt import FOLLOW, NOTES, WEIGH
+from gateway.turn.context import CLOSE, OPEN
 from memory.recall import SCREENED
-from memory.records import NewRecord
-from memory.sessions import Message
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
+from memory.records.store import NewRecord
+from memory.store.sessions import Message
+from memory.trust import policy
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import GROUP_ID, FakeTelegram
 from tests.memories import memory_id

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.app import Gateway
-from gateway.events import Actor, ConversationKind, ConversationRef, MessageReceived
+from gateway.core.events import Actor, ConversationKind, ConversationRef, MessageReceived
 from tests.conftest import make_config
 from tests.fakes.llm import FakeLLM
 

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from sqlalchemy import func, select
 
-from memory.db import Database
-from memory.schema import inbound_events, outbound
+from memory.store.db import Database
+from memory.store.schema import inbound_events, outbound
 from tests.fakes.llm import FakeLLM, Gate
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram

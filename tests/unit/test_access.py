@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.access import Verdict, audience, decide
-from gateway.config import TelegramChannelConfig
-from gateway.events import Actor, ConversationKind, ConversationRef, MessageReceived
-from memory.links import LinkError
-from memory.storage import Storage
+from gateway.config.model import TelegramChannelConfig
+from gateway.core.events import Actor, ConversationKind, ConversationRef, MessageReceived
+from gateway.turn.access import Verdict, audience, decide
+from memory.store.links import LinkError
+from memory.store.storage import Storage
 
 
 def cfg(**kw: object) -> TelegramChannelConfig:

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, insert
 from sqlalchemy.engine import Connection
 
-import memory.archive
-from gateway.events import utcnow
-from memory.archive import (
+import memory.archive.store
+from gateway.core.events import utcnow
+from memory.archive.store import (
     CJK_CHARS,
     ELLIPSIS,
     MAX_LIMIT,
@@ -34,8 +34,8 @@ from memory.archive import (
     split_cjk,
     threads_in,
 )
-from memory.schema import archived_messages, sessions
-from memory.storage import Storage
+from memory.store.schema import archived_messages, sessions
+from memory.store.storage import Storage
 from tests.postgres import BACKENDS, database_url, fresh_database_url
 
 FILLER = [
@@ -536,7 +536,7 @@ async def test_sqlite_leaves_out_common_words_once_a_table_is_large(tmp_path: Pa
             "lighthouse",
         ]
         await archive.add(sid, "benchmark message 999")
-        memory.archive._COUNTS.clear()  # counts are kept a minute
+        memory.archive.store._COUNTS.clear()  # counts are kept a minute
         assert await storage.db.read(informative, ["benchmark", "message", "lighthouse"]) == ["lighthouse"]
         assert await storage.db.read(informative, ["benchmark", "message"]) == ["benchmark"]  # the rarest stays
         assert await archive.ids("lighthouse message", user_id="alice") == [1]
@@ -569,10 +569,10 @@ async def test_postgresql_leaves_out_common_words_and_matches_the_rarest(monkeyp
         assert await asked(["her", "zeppelin"]) == PgWords("zeppelin", "zeppelin")  # a stop word there
         assert await asked(["weather"]) == PgWords("weather", "weather")  # one word: nothing to choose
         # Only the rarest words match, as many as the budget of rows allows; all rank.
-        monkeypatch.setattr(memory.archive, "PG_MATCH_BUDGET", 10)
+        monkeypatch.setattr(memory.archive.store, "PG_MATCH_BUDGET", 10)
         assert await asked(["kites", "zeppelin"]) == PgWords("zeppelin", "zeppelin | kites")
         assert await archive.ids("zeppelin kites weather", user_id="alice") == [zeppelin]
-        monkeypatch.setattr(memory.archive, "PG_MATCH_BUDGET", 5_000)
+        monkeypatch.setattr(memory.archive.store, "PG_MATCH_BUDGET", 5_000)
         found = await archive.ids("zeppelin kites weather", user_id="alice", limit=50)
         assert set(found) == {zeppelin, *kites}
     finally:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import AuthThrottle, TokenAuth
-from gateway.config_load import parse_config
-from gateway.ports import Throttled
+from gateway.config.load import parse_config
+from gateway.core.ports import Throttled
+from gateway.web.auth import AuthThrottle, TokenAuth
 
 ALICE = "alice-token-0123456789"
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config import Config
-from gateway.session_memory import _budget
+from gateway.config.model import Config
+from gateway.session.budget import _budget
 from memory.budget import Budget, plan_flush, plan_trim
 from memory.tokens import estimate_tokens
 

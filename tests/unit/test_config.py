@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config_load import ConfigError, load_config, parse_config, secret_values
+from gateway.config.load import ConfigError, load_config, parse_config, secret_values
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from gateway.auth import TokenAuth
-from gateway.console.service import Viewer, revision_json, word_diff
-from memory.console_sessions import ConsoleSessionStore, digest
-from memory.records import Revision
-from memory.schema import console_sessions
-from memory.storage import Storage
+from gateway.web.auth import TokenAuth
+from gateway.web.console.service import Viewer, revision_json, word_diff
+from memory.records.store import Revision
+from memory.store.console_sessions import ConsoleSessionStore, digest
+from memory.store.schema import console_sessions
+from memory.store.storage import Storage
 from tests.conftest import ALICE_TOKEN, make_config
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -1,7 +1,7 @@
-"""Consolidation's pure parts (memory/consolidation.py): which records may enter Memory.md, what an
+"""Consolidation's pure parts (memory/consolidation/rules.py): which records may enter Memory.md, what an
 entry is, how the model's answer is read and applied (appends deduplicated, secrets redacted,
 instructions left out, rewrites that drop more than a quarter refused), how the material is cut into
-calls; and the archive's file names (memory/consolidation_files.py)."""
+calls; and the archive's file names (memory/consolidation/files.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.consolidation import (
+from memory.consolidation.files import archive_path, daily_files_before
+from memory.consolidation.rules import (
     CORE_HEADER,
     ENTRY_CHARS,
     Answer,
@@ -30,8 +31,7 @@ from memory.consolidation import (
     parts,
     skip_reason,
 )
-from memory.consolidation_files import archive_path, daily_files_before
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DAY = date(2026, 12, 1)

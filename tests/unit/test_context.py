@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config import Config
-from gateway.context import MEMORY_PREAMBLE, CoreFiles, PromptContext, Section, fit, keep_ends
-from memory.daily import DailyFiles
+from gateway.config.model import Config
+from gateway.turn.context import MEMORY_PREAMBLE, CoreFiles, PromptContext, Section, fit, keep_ends
+from memory.archive.daily import DailyFiles
 
 
 @given(st.text(max_size=3000), st.integers(min_value=60, max_value=2000))

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.daily import DailyFiles, normalize_bullet, safe_component
-from memory.redact import REDACTED
+from memory.archive.daily import DailyFiles, normalize_bullet, safe_component
+from memory.trust.redact import REDACTED
 
 DAY = date(2024, 5, 1)
 REPO = Path(__file__).resolve().parents[2]
@@ -209,7 +209,7 @@ CHILD = """
 import hashlib, sys
 from datetime import date
 from pathlib import Path
-from memory.daily import DailyFiles
+from memory.archive.daily import DailyFiles
 
 files = DailyFiles(Path(sys.argv[1]))
 path = files.path("channel", "telegram:group:-100123:42", date(2024, 5, 1))

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.daily import DailyFiles
-from memory.daily_index import DailyIndex, chunk, scope_of, threads_in, write_owner_marker
-from memory.storage import Storage
+from memory.archive.daily import DailyFiles
+from memory.archive.daily_index import DailyIndex, chunk, scope_of, threads_in, write_owner_marker
+from memory.store.storage import Storage
 from memory.tokens import estimate_tokens
 from tests.postgres import BACKENDS, database_url
 from tests.unit.test_archive import trigrams_consistent

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.delivery import Delivery
-from gateway.events import ConversationRef, MessageRef, OutboundMessage
-from gateway.llm import Restart, TextDelta
-from gateway.ports import Capabilities, DeliveryError, Health
-from gateway.turn import TurnResult
-from memory.storage import Storage
+from gateway.core.events import ConversationRef, MessageRef, OutboundMessage
+from gateway.core.ports import Capabilities, DeliveryError, Health
+from gateway.llm.client import Restart, TextDelta
+from gateway.turn.delivery import Delivery
+from gateway.turn.engine import TurnResult
+from memory.store.storage import Storage
 
 
 class RecordingAdapter:

@@ -24,8 +24,8 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from kubernetes_validate import utils as k8s  # type: ignore[import-untyped]
 
-from gateway.config import Config, DiscordChannelConfig, WebChannelConfig
-from gateway.config_load import ConfigError, parse_config
+from gateway.config.load import ConfigError, parse_config
+from gateway.config.model import Config, DiscordChannelConfig, WebChannelConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

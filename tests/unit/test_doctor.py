@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import doctor
-from gateway.doctor import Context, Result, Skipped, disk_status, human_bytes, mask_url, render_table, run_checks
+from gateway.doctor import checks as doctor
+from gateway.doctor.checks import Context, Result, Skipped, disk_status, human_bytes, mask_url, render_table, run_checks
 
 MiB = 1 << 20
 

@@ -18,11 +18,11 @@ import pytest
 import channels
 from channels.discord.probe import shard_advice
 from channels.telegram.probe import webhook_state
-from gateway import doctor
-from gateway.config_load import parse_config
-from gateway.doctor import Context, Group, Result, config_variables, configured_models, redact, run_checks
-from gateway.doctor_channels import probe_channel, unpublished, web_access
-from gateway.probe import Probe
+from gateway.config.load import parse_config
+from gateway.core.probe import Probe
+from gateway.doctor import checks as doctor
+from gateway.doctor.channels import probe_channel, unpublished, web_access
+from gateway.doctor.checks import Context, Group, Result, config_variables, configured_models, redact, run_checks
 
 HOOK = "https://bot.example.com/telegram/tg"
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from memory.embeddings import (
+from memory.embed.embeddings import (
     LOCAL_MODEL_ID,
     EmbeddingError,
     LiteLLMEmbedder,
@@ -133,7 +133,7 @@ async def test_loads_with_the_network_unreachable(minilm: LocalEmbedder, monkeyp
 
 
 def test_importing_the_module_does_not_import_torch() -> None:
-    probe = "import sys, memory.embeddings; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    probe = "import sys, memory.embed.embeddings; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
     ).stdout
@@ -148,7 +148,7 @@ def test_manifest_has_the_calibrated_floor() -> None:
     assert minilm.calibrated_on is not None and "LoCoMo" in minilm.calibrated_on
     nomic = manifest["ollama/nomic-embed-text"]
     assert nomic.query_prefix == "search_query: " and nomic.min_cosine is None  # not calibrated here
-    raw = json.loads((REPO / "memory" / "embedding_models.json").read_text())
+    raw = json.loads((REPO / "memory" / "embed" / "embedding_models.json").read_text())
     assert set(raw["models"]) == set(manifest)
 
 
@@ -269,10 +269,10 @@ async def _fill_for_backfill(tmp_path: Path) -> list[str]:
     from sqlalchemy import insert
     from sqlalchemy.engine import Connection
 
-    from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-    from memory.records import NewRecord
-    from memory.schema import archived_messages, daily_chunks, sessions
-    from memory.storage import Storage
+    from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+    from memory.records.store import NewRecord
+    from memory.store.schema import archived_messages, daily_chunks, sessions
+    from memory.store.storage import Storage
 
     when = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -326,8 +326,8 @@ async def _fill_for_backfill(tmp_path: Path) -> list[str]:
 
 
 async def _coverage(tmp_path: Path) -> dict[str, tuple[int, int]]:
-    from memory.storage import Storage
-    from memory.vectors import VectorStore
+    from memory.embed.vectors import VectorStore
+    from memory.store.storage import Storage
 
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:
@@ -339,8 +339,8 @@ async def _coverage(tmp_path: Path) -> dict[str, tuple[int, int]]:
 async def test_backfill_continues_a_partial_run_re_embeds_edits_and_drops_the_forgotten(
     tmp_path: Path, minilm: LocalEmbedder
 ) -> None:
-    from memory.storage import Storage
-    from memory.vectors import VectorStore, text_hash
+    from memory.embed.vectors import VectorStore, text_hash
+    from memory.store.storage import Storage
     from tests.cli import run_cli
 
     config = _backfill_config(tmp_path)
@@ -428,8 +428,8 @@ async def test_backfill_through_litellm_then_a_provider_that_fails(
     assert "openai/fake-embedder: 35 to embed" in err and "embedded 35 items with openai/fake-embedder" in out
     assert sum(len(r["body"]["input"]) for r in fake_embeddings.requests) == 35
 
-    from memory.storage import Storage
-    from memory.vectors import VectorStore
+    from memory.embed.vectors import VectorStore
+    from memory.store.storage import Storage
 
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:

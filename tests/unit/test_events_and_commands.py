@@ -3,8 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.commands import parse
-from gateway.events import (
+from gateway.core.events import (
     Actor,
     ConversationKind,
     ConversationRef,
@@ -12,6 +11,7 @@ from gateway.events import (
     event_from_payload,
     event_to_payload,
 )
+from gateway.turn.commands.chat import parse
 
 
 def test_session_keys() -> None:

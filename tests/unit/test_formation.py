@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.formation import (
+from memory.formation.admission import (
     Admission,
     ArchivedRange,
     Conversation,
@@ -25,7 +25,7 @@ from memory.formation import (
     is_dm_key,
     render,
 )
-from memory.formation_candidates import (
+from memory.formation.candidates import (
     AUTHOR,
     Candidate,
     Limits,
@@ -39,9 +39,9 @@ from memory.formation_candidates import (
     statement,
     to_record,
 )
-from memory.identities import clean_name
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope
-from memory.records import build
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope
+from memory.records.store import build
+from memory.store.identities import clean_name
 
 DM = Conversation("telegram:dm:1", "personal", "alice")
 GROUP = Conversation("telegram:group:-100", "team", "alice")

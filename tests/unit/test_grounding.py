@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.grounding import (
+from memory.trust.grounding import (
     ATTRIBUTED_COVERAGE,
     ELLIPSIS,
     EXCERPT_CHARS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.http_input import host_name, is_loopback_name
-from gateway.server import HostPolicy
+from gateway.core.http_input import host_name, is_loopback_name
+from gateway.web.server import HostPolicy
 
 LOCAL = HostPolicy.build(["127.0.0.1"], [])
 PUBLISHED = HostPolicy.build(["0.0.0.0"], ["https://chat.example.com", "https://bot.example.org:8443/telegram/t"])

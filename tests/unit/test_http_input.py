@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.http_input import MAX_JSON_DEPTH, BadJson, parse_json, too_deep
+from gateway.core.http_input import MAX_JSON_DEPTH, BadJson, parse_json, too_deep
 
 
 def nested(depth: int, open_: str = "[", close: str = "]") -> bytes:

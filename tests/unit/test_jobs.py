@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from gateway.events import utcnow
-from gateway.jobs import JobFailed, JobRunner
-from memory.db import Database, Runner
-from memory.jobs import DEAD, DONE, PENDING, RUNNING, Job, JobStore, retry_delay
+from gateway.core.events import utcnow
+from gateway.jobs.runner import JobFailed, JobRunner
+from memory.store.db import Database, Runner
+from memory.store.jobs import DEAD, DONE, PENDING, RUNNING, Job, JobStore, retry_delay
 from tests.postgres import fresh_database_url
 
 LEASE = timedelta(minutes=5)
@@ -235,7 +235,7 @@ async def test_a_job_cut_off_by_stop_runs_again_after_restart(store: JobStore) -
 
 
 async def test_old_finished_jobs_and_older_dead_letters_are_pruned(store: JobStore) -> None:
-    from memory.jobs import KEEP_DEAD, KEEP_DONE
+    from memory.store.jobs import KEEP_DEAD, KEEP_DONE
 
     now = utcnow()
     ids = [await store.enqueue("formation", f"s{n}", max_attempts=1, now=now) for n in range(3)]

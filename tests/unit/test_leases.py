@@ -1,4 +1,4 @@
-"""Session leases (memory/leases.py) on SQLite and PostgreSQL: two `SessionLeases` on one database
+"""Session leases (memory/store/leases.py) on SQLite and PostgreSQL: two `SessionLeases` on one database
 stand for two gateway instances."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from memory.leases import SessionLeases
-from memory.schema import session_leases
-from memory.storage import Storage
+from memory.store.leases import SessionLeases
+from memory.store.schema import session_leases
+from memory.store.storage import Storage
 from tests.postgres import BACKENDS, database_url
 
 

@@ -4,7 +4,7 @@ import httpx
 import litellm
 import pytest
 
-from gateway.llm import Attempt, LLMError, classify
+from gateway.llm.client import Attempt, LLMError, classify
 
 
 def _resp(status: int) -> httpx.Response:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import io
 import logging
 
-from gateway.logs import REDACTED, RedactingFilter, event
+from gateway.core.logs import REDACTED, RedactingFilter, event
 
 
 def _capture(filt: RedactingFilter) -> tuple[logging.Logger, io.StringIO]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.commands import archive_scope
-from gateway.memory_tools import search_archive_tool
-from gateway.tools import CURRENT_TIME, ToolContext, ToolRegistry
-from memory.storage import Storage
+from gateway.session.memory_tools import search_archive_tool
+from gateway.turn.tools import CURRENT_TIME, ToolContext, ToolRegistry
+from memory.store.storage import Storage
+from memory.trust.policy import archive_scope
 
 
 def ctx(audience: str) -> ToolContext:

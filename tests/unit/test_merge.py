@@ -1,5 +1,5 @@
-"""The daily merge's pure parts (memory/merge.py: which learned notes say the same thing) and its
-scheduling (gateway/merge_job.py) with an injected clock over a real job queue: once a day, at the
+"""The daily merge's pure parts (memory/records/merge.py: which learned notes say the same thing) and its
+scheduling (gateway/jobs/merge.py) with an injected clock over a real job queue: once a day, at the
 configured local time, whoever asks and however often."""
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.merge_job import MERGE_JOB, MERGE_NAME, MergeScheduler, changes_for, merge_due
-from memory.db import Database
-from memory.jobs import JobStore
-from memory.merge import MIN_JACCARD, folds_into, is_learned, jaccard, merge_groups, words
-from memory.model import (
+from gateway.jobs.merge import MERGE_JOB, MERGE_NAME, MergeScheduler, changes_for, merge_due
+from memory.records.merge import MIN_JACCARD, folds_into, is_learned, jaccard, merge_groups, words
+from memory.records.model import (
     MemoryClass,
     MemoryRecord,
     Provenance,
@@ -27,6 +25,8 @@ from memory.model import (
     Scope,
     UsePolicy,
 )
+from memory.store.db import Database
+from memory.store.jobs import JobStore
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ALICE = Scope.personal("alice")

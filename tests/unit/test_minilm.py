@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001  (the texts are unicode on purpose)
-"""The numpy BERT runtime (memory.minilm) on the bundled all-MiniLM-L6-v2: the same embeddings as
+"""The numpy BERT runtime (memory.embed.minilm) on the bundled all-MiniLM-L6-v2: the same embeddings as
 sentence-transformers, torch never imported, RSS and BLAS threads bounded, the safetensors reader,
 refusal of models it does not run, and LocalEmbedder's choice of runtime with its fallback."""
 
@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.embeddings import LOCAL_MODEL_ID, EmbeddingError, LocalEmbedder, local_model_path
-from memory.minilm import BertSentenceEncoder, UnsupportedModelError, limit_blas_threads, read_safetensors
+from memory.embed.embeddings import LOCAL_MODEL_ID, LocalEmbedder, local_model_path
+from memory.embed.errors import EmbeddingError
+from memory.embed.minilm import BertSentenceEncoder, UnsupportedModelError, limit_blas_threads, read_safetensors
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -194,16 +195,16 @@ def rss():
     return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) / 1024
 import numpy
 bare = rss()
-import memory.minilm
-from memory.embeddings import local_model_path
-memory.minilm.limit_blas_threads(1)
-encoder = memory.minilm.BertSentenceEncoder(local_model_path())
+import memory.embed.minilm
+from memory.embed.embeddings import local_model_path
+memory.embed.minilm.limit_blas_threads(1)
+encoder = memory.embed.minilm.BertSentenceEncoder(local_model_path())
 texts = [f"message {n}: " + "the garden, the weather and the neighbours " * (n % 9) for n in range(60)]
 encoder.encode(texts + ["word " * 400, "日本語のテキスト", "", "ok"])
 used = rss() - bare
 import asyncio
 from threadpoolctl import threadpool_info
-from memory.embeddings import LocalEmbedder
+from memory.embed.embeddings import LocalEmbedder
 embedder = LocalEmbedder(threads=1, runtime="numpy")
 asyncio.run(embedder.embed_query("hello"))
 heavy = sorted(m for m in ("torch", "transformers", "sentence_transformers", "scipy") if m in sys.modules)
@@ -269,7 +270,7 @@ def test_a_broken_model_is_an_error_not_a_fallback(tmp_path: Path, changes: dict
 
 
 async def test_local_embedder_runs_numpy_when_asked_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="memory.embeddings")
+    caplog.set_level(logging.INFO, logger="clawgate.embeddings")
     embedder = LocalEmbedder(threads=1, runtime="numpy")
     try:
         assert not embedder.loaded
@@ -287,7 +288,7 @@ async def test_without_threadpoolctl_the_uncapped_threads_are_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # import threadpoolctl → ImportError
-    caplog.set_level(logging.INFO, logger="memory.embeddings")
+    caplog.set_level(logging.INFO, logger="clawgate.embeddings")
     embedder = LocalEmbedder(threads=1, runtime="numpy")
     try:
         await embedder.load()
@@ -311,7 +312,7 @@ async def test_other_models_fall_back_to_sentence_transformers(
     finally:
         forced.close()
 
-    caplog.set_level(logging.INFO, logger="memory.embeddings")
+    caplog.set_level(logging.INFO, logger="clawgate.embeddings")
     embedder = LocalEmbedder(threads=1, model_path=path, model_id=str(path))
     try:
         cls_vectors = await embedder.embed_documents(["My sister adopted a puppy", "The tax report is due"])

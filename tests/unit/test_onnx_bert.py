@@ -1,4 +1,4 @@
-"""The onnxruntime runtime (memory.onnx_bert) on the bundled all-MiniLM-L6-v2: the numpy runtime's
+"""The onnxruntime runtime (memory.embed.onnx_bert) on the bundled all-MiniLM-L6-v2: the numpy runtime's
 vectors, the graph built once and cached (rebuilt when the model changes or the cached file is
 damaged, never half-written), the same refusals, and LocalEmbedder falling back to numpy when
 onnxruntime or a writable cache is missing."""
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.embeddings import LOCAL_MODEL_ID, LocalEmbedder, local_model_path
-from memory.minilm import BertSentenceEncoder, UnsupportedModelError, limit_blas_threads
-from memory.onnx_bert import DATA_FILE, MODEL_FILE, OnnxSentenceEncoder, build_into, cached_model
+from memory.embed.embeddings import LOCAL_MODEL_ID, LocalEmbedder, local_model_path
+from memory.embed.minilm import BertSentenceEncoder, UnsupportedModelError, limit_blas_threads
+from memory.embed.onnx_bert import DATA_FILE, MODEL_FILE, OnnxSentenceEncoder, build_into, cached_model
 from tests.unit.test_minilm import CLS_POOLING, TEXTS, _json, _variant
 
 
@@ -121,7 +121,7 @@ def test_models_it_does_not_run_are_refused(tmp_path: Path, changes: dict[str, o
 
 
 async def test_local_embedder_prefers_onnx_and_says_so(caplog: pytest.LogCaptureFixture, cache: Path) -> None:
-    caplog.set_level(logging.INFO, logger="memory.embeddings")
+    caplog.set_level(logging.INFO, logger="clawgate.embeddings")
     embedder = LocalEmbedder(threads=1, cache_dir=cache)
     try:
         assert embedder.runtime == "auto" and not embedder.loaded
@@ -144,7 +144,7 @@ async def test_local_embedder_falls_back_to_numpy(
     else:
         cache.write_text("a file where the cache directory should be")
         reason = "cannot write the ONNX model cache"
-    caplog.set_level(logging.INFO, logger="memory.embeddings")
+    caplog.set_level(logging.INFO, logger="clawgate.embeddings")
     embedder = LocalEmbedder(threads=1, cache_dir=cache / "onnx")
     try:
         await embedder.load()
@@ -180,7 +180,7 @@ async def test_a_query_is_not_held_up_by_a_busy_python_thread(onnx_encoder: Onnx
 
 
 def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from memory.onnx_bert import default_cache_dir
+    from memory.embed.onnx_bert import default_cache_dir
 
     monkeypatch.setenv("CLAWGATE_CACHE_DIR", str(tmp_path / "c"))
     assert default_cache_dir() == tmp_path / "c" / "onnx"
@@ -191,8 +191,8 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_the_configured_runtime_reaches_the_embedder() -> None:
-    from gateway.config_load import parse_config
-    from gateway.recall import embedder_from_config
+    from gateway.config.load import parse_config
+    from gateway.recall.engine import embedder_from_config
 
     config = parse_config({"memory": {"search": {"provider": "local", "runtime": "numpy"}}}, env={})
     embedder = embedder_from_config(config)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.llm import classify
-from gateway.openai_wire import OpenAIWire, WireError, kind_for_status
+from gateway.llm.client import classify
+from gateway.llm.openai_wire import OpenAIWire, WireError, kind_for_status
 from tests.fakes.serve import serve_loopback
 
 
@@ -155,7 +155,7 @@ async def test_nothing_listening_is_a_connection_error(wire: OpenAIWire) -> None
 
 
 def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gateway.openai_wire import proxy_for
+    from gateway.llm.openai_wire import proxy_for
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")

@@ -1,4 +1,4 @@
-"""The OpenAPI document of /api/v1 (gateway/console/openapi.yaml): valid OpenAPI 3.1, every route the
+"""The OpenAPI document of /api/v1 (gateway/web/console/openapi.yaml): valid OpenAPI 3.1, every route the
 gateway mounts under /api/v1 described and nothing else, and the code's vocabularies (classes,
 provenances, review states and actions, job states, trace reasons) spelled as the code spells them."""
 
@@ -17,18 +17,18 @@ import yaml  # type: ignore[import-untyped]
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from gateway.app import Gateway
-from gateway.console.api import openapi_document
-from gateway.console.service import ACTION_ARGUMENT, REVIEW_ACTIONS
-from memory.jobs import STATUSES
-from memory.model import MemoryClass, Provenance, RecordStatus, ReviewStatus, ScopeKind
-from memory.traces import REASONS
+from gateway.web.console.api import openapi_document
+from gateway.web.console.service import ACTION_ARGUMENT, REVIEW_ACTIONS
+from memory.records.model import MemoryClass, Provenance, RecordStatus, ReviewStatus, ScopeKind
+from memory.store.jobs import STATUSES
+from memory.store.traces import REASONS
 
 METHODS = ("get", "put", "post", "delete", "patch")
 
 
 @cache
 def document() -> dict[str, Any]:
-    text = resources.files("gateway.console").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    text = resources.files("gateway.web.console").joinpath("openapi.yaml").read_text(encoding="utf-8")
     doc: dict[str, Any] = yaml.safe_load(text)
     return doc
 

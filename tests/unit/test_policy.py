@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.model import (
+from memory.records.model import (
     GLOBAL,
     MemoryClass,
     MemoryRecord,
@@ -22,7 +22,7 @@ from memory.model import (
     ScopeKind,
     UsePolicy,
 )
-from memory.policy import (
+from memory.trust.policy import (
     OPERATOR,
     Actor,
     Audience,

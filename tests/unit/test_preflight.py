@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Config
-from gateway.config_load import parse_config
+from gateway.config.load import parse_config
+from gateway.config.model import Config
 from gateway.preflight import nearest_existing, sqlite_file, storage_failure, storage_problems
-from memory.storage import Storage
+from memory.store.storage import Storage
 
 
 def config(**storage: Any) -> Config:

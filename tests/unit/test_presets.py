@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gateway.tools import CURRENT_TIME, RAISED_HINT, Tool, ToolContext, ToolRegistry
-from memory.presets import (
+from gateway.turn.tools import CURRENT_TIME, RAISED_HINT, Tool, ToolContext, ToolRegistry
+from memory.store.presets import (
     MAX_ARGUMENTS_CHARS,
     MAX_NOTE_CHARS,
     MAX_OFFERED,
@@ -22,7 +22,7 @@ from memory.presets import (
     parse_command,
     validate,
 )
-from memory.storage import Storage
+from memory.store.storage import Storage
 from tests.postgres import BACKENDS, database_url
 
 SECRET = "sk-proj-" + "Q9w8E7r6" * 6

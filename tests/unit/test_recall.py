@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.model import MemoryClass
 from memory.recall import (
     RECENCY_FLOOR,
     Candidate,
@@ -36,6 +35,7 @@ from memory.recall import (
     walk,
     without_names,
 )
+from memory.records.model import MemoryClass
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # Fusion alone: no neighbours, no speaker, no recency, every class weighed 1.

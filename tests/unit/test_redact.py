@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.redact import REDACTED, contains_secret, redact
+from memory.trust.redact import REDACTED, contains_secret, redact
 
 # Obviously fake values with the right shape, assembled here so no live-looking secret sits in
 # the source.
@@ -105,7 +105,7 @@ ORDINARY = [
     "if token == expected: return True",
     "I paid $1,234.56 on 3/4/2024; call +1 (555) 123-4567.",
     "See ACME-1234 and PR #42; uuid 123e4567-e89b-12d3-a456-426614174000.",
-    "The module gateway.session_memory lives in gateway/session_memory.py.",
+    "The module gateway.session.budget lives in gateway/session/budget.py.",
     "Alice (u-3f2a) wrote in telegram:group:-100123:42 about the sk-learn pipeline.",
     "Rust's Result<T, E>; C++ std::vector<int>; x => y; a->b; f(x) = x**2",
     "Die Übergabe ist am Montag, 10:00 Uhr. 会议在星期一。Встреча в понедельник.",

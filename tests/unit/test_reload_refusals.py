@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Config
-from gateway.config_load import parse_config
+from gateway.config.load import parse_config
+from gateway.config.model import Config
 from gateway.reload import empty_document, refusals
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN
 

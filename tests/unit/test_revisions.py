@@ -1,4 +1,4 @@
-"""Revisions across records (memory/revisions.py) over a real SQLite database: a batch changes several
+"""Revisions across records (memory/records/revisions.py) over a real SQLite database: a batch changes several
 records in one transaction with one shared batch id, all or nothing; undoing any revision of a batch
 puts every record of it back exactly as before; a lone revision is undone only when it is its
 record's newest change; an undo is never undone. Also RecordStore.active, the input of background work."""
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memory.model import (
+from memory.records.model import (
     MemoryClass,
     MemoryRecord,
     Provenance,
@@ -23,9 +23,9 @@ from memory.model import (
     ScopeKind,
     UsePolicy,
 )
-from memory.records import RecordNotFound, RecordStore, StaleRevision, snapshot
-from memory.revisions import Change, NotUndoable, RevisionLog, RevisionNotFound
-from memory.storage import Storage
+from memory.records.revisions import Change, NotUndoable, RevisionLog, RevisionNotFound
+from memory.records.store import RecordNotFound, RecordStore, StaleRevision, snapshot
+from memory.store.storage import Storage
 from tests.postgres import BACKENDS, database_url
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cli_search import BatchQuery, parse_batch_line
+from gateway.cli.search import BatchQuery, parse_batch_line
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.redact import REDACTED, contains_secret, redact
+from memory.trust.redact import REDACTED, contains_secret, redact
 
 _HEX40 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"
 _HEX32 = "6f1ed002ab5595859014ebf0951522d9"
@@ -263,7 +263,7 @@ IDS_AND_LINKS = [
     "Clone https://alice@example.com/repo.git first.",
     "postgres://user:password@localhost:5432/app is the example in the docs.",
     "The test test_redact_is_idempotent_and_total_on_any_text passed.",
-    "gateway.session_memory.SessionMemory.append_messages",
+    "gateway.session.budget.SessionMemory.append_messages",
     'The payload was {"data": "aGVsbG8gd29ybGQ="} as expected.',
 ]
 

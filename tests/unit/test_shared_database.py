@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.engine import Connection
 
-from memory import db as db_module
-from memory.db import Database
-from memory.schema import users
-from memory.sessions import Message
-from memory.storage import Storage
+from memory.store import db as db_module
+from memory.store.db import Database
+from memory.store.schema import users
+from memory.store.sessions import Message
+from memory.store.storage import Storage
 from tests.postgres import fresh_database_url
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ async def test_instances_starting_together_migrate_one_after_another() -> None:
     # Separate processes (Alembic's context is global to one): without the migration lock, two
     # would create the same tables at once and one of them would fail its start.
     url = fresh_database_url()
-    code = "import asyncio, sys; from memory.db import Database; asyncio.run(Database(sys.argv[1]).migrate())"
+    code = "import asyncio, sys; from memory.store.db import Database; asyncio.run(Database(sys.argv[1]).migrate())"
     procs = [
         await asyncio.create_subprocess_exec(sys.executable, "-c", code, url, cwd=REPO, stderr=asyncio.subprocess.PIPE)
         for _ in range(3)

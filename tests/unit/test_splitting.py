@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.splitting import _FENCE, fence_after, split_message, utf16_len
+from gateway.core.splitting import _FENCE, fence_after, split_message, utf16_len
 
 
 def fences_balanced(chunk: str) -> bool:

@@ -15,11 +15,11 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from gateway.events import utcnow
-from memory.db import Database, DatabaseClosed, Runner
-from memory.schema import users
-from memory.sessions import Message
-from memory.storage import Storage
+from gateway.core.events import utcnow
+from memory.store.db import Database, DatabaseClosed, Runner
+from memory.store.schema import users
+from memory.store.sessions import Message
+from memory.store.storage import Storage
 from tests.postgres import fresh_database_url
 
 URLS: dict[Runner, str] = {"thread": "sqlite:///{}", "async": "sqlite+aiosqlite:///{}"}

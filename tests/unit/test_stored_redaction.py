@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from memory.db import Database
-from memory.redact import REDACTED
-from memory.schema import inbound_events, messages, sessions
-from memory.sessions import Message, redact_arguments, stored_copy
-from memory.storage import Storage
+from memory.store.db import Database
+from memory.store.schema import inbound_events, messages, sessions
+from memory.store.sessions import Message, redact_arguments, stored_copy
+from memory.store.storage import Storage
+from memory.trust.redact import REDACTED
 from tests.postgres import BACKENDS, database_url
 
 SK = "sk-proj-" + "A1b2C3d4" * 6

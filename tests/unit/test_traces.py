@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.context import Section, fit
-from gateway.recall import TurnMemory
-from gateway.recall_prompt import FOLLOW, NOTES, WEIGH
-from gateway.recall_trace import TraceRecorder, build_items, render
-from memory.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
+from gateway.recall.engine import TurnMemory
+from gateway.recall.prompt import FOLLOW, NOTES, WEIGH
+from gateway.recall.trace import TraceRecorder, build_items, render
+from gateway.turn.context import Section, fit
 from memory.recall import Candidate, Scored, select, selection
-from memory.storage import Storage
-from memory.traces import (
+from memory.records.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
+from memory.store.storage import Storage
+from memory.store.traces import (
     BEYOND_LIMIT,
     CONTEXT_BUDGET,
     INJECTED,

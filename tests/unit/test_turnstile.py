@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.turnstile import Turnstile
+from gateway.turn.turnstile import Turnstile
 
 
 async def test_places_are_served_in_the_order_taken_whatever_they_await_first() -> None:

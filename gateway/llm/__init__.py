@@ -1,0 +1,1 @@
+"""The model client (LiteLLM, retries, fallbacks) and the OpenAI-wire fast path."""

@@ -1,0 +1,1 @@
+"""Memory at turn time: recall, how it reaches the prompt, and its traces."""

@@ -1,0 +1,679 @@
+"""Recall for a turn (DESIGN §7): long-term records, archived messages and daily notes that the
+person may see, found by full text and (when embeddings are on) by vectors, fused by memory.recall
+and handed to the prompt as sections under the memory budget. Once per turn, before the model runs;
+the tool loop reuses the same system prompt. Many turns recall nothing: that is normal.
+
+Embeddings never run on the reply path except for the query: a background upkeep embeds what is
+new (records, archive, daily chunks) in batches, and re-embeds everything for a new model id. The
+vector leg searches an in-memory index of every stored vector on SQLite, and the database itself
+(pgvector's HNSW, memory.embed.vectors.DatabaseIndex) on PostgreSQL: chosen by the database URL.
+Every degradation is explicit and logged once per cooldown: no embedder yet or a slow query
+embedding (memory_recall_vector_degraded), items without a vector (memory_recall_coverage_gap), a
+model without a calibrated floor (memory_recall_missing_calibration)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from gateway.config.model import Config
+from gateway.core.events import utcnow
+from gateway.core.logs import event
+from gateway.recall import prompt as recall_prompt
+from gateway.recall.select import (
+    TurnPolicy,
+    confirmed_first,
+    conflicts,
+    fused_strength,
+    lexical_strength,
+    settle_conflicts,
+)
+from gateway.session.memory_service import Found, MemoryService
+from gateway.turn.context import Section
+from gateway.turn.engine import NOTICE_AUTHOR
+from memory.archive.daily_index import DailyIndex
+from memory.archive.daily_index import search_in as daily_search
+from memory.archive.daily_index import threads_in as daily_threads
+from memory.archive.daily_index import visible_in as daily_visible
+from memory.archive.store import query_terms
+from memory.archive.store import search_in as archive_search
+from memory.archive.store import threads_in as archive_threads
+from memory.archive.store import visible_in as archive_visible
+from memory.embed.embeddings import Embedder, make_embedder, model_info
+from memory.embed.vectors import DatabaseIndex, Reach, VectorIndex, VectorStore, searched_in_database, text_hash
+from memory.recall import (
+    Candidate,
+    Cooldown,
+    Key,
+    Names,
+    Recall,
+    RecallSettings,
+    Retriever,
+    Scored,
+    describe,
+    resolve_evidence_floor,
+    selection,
+)
+from memory.records.model import MemoryRecord, ScopeKind
+from memory.records.store import get_many_in as load_records
+from memory.records.store import search_in as records_search
+from memory.store.storage import Storage
+from memory.trust import policy
+from memory.trust.policy import Actor, Where, archive_scope
+
+log = logging.getLogger("clawgate.recall")
+
+KINDS = ("record", "archive", "daily")
+UPKEEP_BATCH = 64
+# A sweep for items without a vector reads every searchable item (~0.35 s at 100k records), so it
+# runs when something was written (wake) and otherwise once an hour, never in a tight idle loop.
+UPKEEP_IDLE_SECONDS = 3600.0
+UPKEEP_DEBOUNCE_SECONDS = 1.0
+# Who a query may name (identities' display names) is read again at most this often.
+NAMES_TTL_SECONDS = 60.0
+
+
+def settings_from(config: Config) -> RecallSettings:
+    rc = config.memory.recall
+    return RecallSettings(
+        vector_weight=rc.vector_weight,
+        lexical_weight=rc.lexical_weight,
+        recency_half_life_days=rc.recency_half_life_days,
+        min_cosine=rc.min_cosine_similarity,
+        max_chars=rc.max_chars,
+        k=rc.limit,
+        query_timeout_ms=rc.query_embedding_budget_ms,
+        evidence_min_score=rc.evidence_min_score,
+    )
+
+
+_PROJECT = ScopeKind.PROJECT.value + ":"  # the prefix of every project scope
+
+
+def _label(kind: str, place: str) -> str:
+    """The index group of an item of `kind` that lives at `place` (a record's or daily chunk's
+    scope, an archived message's session key): who may see it."""
+    return f"{kind}|{place}"
+
+
+def embedder_from_config(config: Config) -> Embedder | None:
+    """The embedder memory.search configures; None for keyword search only. Cheap: the model is
+    loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run."""
+    search = config.memory.search
+    return make_embedder(
+        search.provider,
+        search.model,
+        threads=search.threads,
+        runtime=search.runtime,
+        api_base=search.api_base,
+        api_key=search.api_key.get_secret_value() if search.api_key else None,
+    )
+
+
+class TurnRecall:
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        memory: MemoryService,
+        daily: DailyIndex | None,
+        embedder: Embedder | None,
+        secrets: Sequence[str] = (),
+    ) -> None:
+        self.config = config
+        self.secrets = secrets  # the gateway's configured secret values (a reload extends the list)
+        self._screened: dict[Key, str | None] = {}  # archived messages' and notes' screen results
+        self.storage = storage
+        self.memory = memory
+        self.daily = daily
+        self.embedder = embedder
+        self.settings = settings_from(config)
+        self.vectors = VectorStore(storage.db)
+        # Set once the embedder is loaded: on SQLite an in-memory index of every stored vector of its
+        # model; on PostgreSQL the database's own (pgvector), nothing loaded.
+        self.index: VectorIndex | DatabaseIndex | None = None
+        # Who may see an indexed item is its group (see _group); archived messages are visible by
+        # session key, or to the session's owner in their DMs: owner -> their session keys.
+        self._sessions_of: dict[str, set[str]] = {}
+        self._project_groups: set[str] = set()
+        self._groups_checked = utcnow()
+        self._wake = asyncio.Event()
+        self._loaded = asyncio.Event()  # the index is loaded, or loading failed
+        self._sweeping = asyncio.Lock()
+        self._cursor: dict[str, str | None] = {}  # per kind: the last item embedded in this pass
+        self._task: asyncio.Task[None] | None = None
+        self._cooldown = Cooldown()  # each degradation logged once per cooldown, per gateway
+        self._names: dict[str, str] = {}  # identity → display name (see speakers())
+        self._named = Names()  # the same display names, indexed for a query (built once a refresh)
+        self._names_read = -math.inf
+        self.filled: set[str] = set()  # the searchable tables found holding rows (see _filled)
+
+    def use_config(self, config: Config) -> None:
+        """Settings from a config reload (memory.recall); the embedder stays until a restart."""
+        self.config = config
+        self.settings = settings_from(config)
+
+    # -- background: the embedder, the index, and embedding what is new ----------------------------
+
+    def start(self) -> None:
+        if self.embedder is not None and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._upkeep())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def wake(self) -> None:
+        """Something searchable was written: embed it soon."""
+        self._wake.set()
+
+    async def caught_up(self, timeout: float = 60) -> None:
+        """Once the index is loaded, embed and regroup everything outstanding now (tests, CLI)."""
+        if self.embedder is None:
+            return
+        async with asyncio.timeout(timeout):
+            await self._loaded.wait()
+            if self.index is None:
+                raise RuntimeError(f"embeddings unavailable: {self.embedder.model_id} failed to load")
+            while await self.sweep():
+                pass
+
+    async def sweep(self) -> int:
+        """One pass of upkeep: regroup changed records, embed a batch of each kind. How many embedded."""
+        async with self._sweeping:
+            await self._regroup_changed_records()
+            return await self._embed_missing()
+
+    async def open_index(self) -> None:
+        """Load the model and every stored vector of it into the index (grouped by who may see
+        each item); on PostgreSQL make the model's HNSW indexes that are missing instead, and search
+        there. Raises whatever loading the model raises."""
+        assert self.embedder is not None
+        embedder = self.embedder
+        started = time.perf_counter()
+        load = getattr(embedder, "load", None)
+        if load is not None:
+            await load()
+        if searched_in_database(self.storage.db):
+            await self.vectors.prepare(embedder.model_id)
+            self.index = DatabaseIndex(self.vectors, embedder.model_id)
+            stored = (await self.vectors.models()).get(embedder.model_id, 0)
+            ms = (time.perf_counter() - started) * 1000
+            event(log, "embeddings_ready", model=embedder.model_id, vectors=stored, searched="database", ms=ms)
+            return
+        index = VectorIndex(embedder.model_id, embedder.dim or None)
+        self._groups_checked = utcnow()
+        await index.load(self.vectors)
+        await self._place(index, index.keys())
+        self.index = index
+        event(
+            log,
+            "embeddings_ready",
+            model=embedder.model_id,
+            vectors=len(index),
+            ms=(time.perf_counter() - started) * 1000,
+        )
+
+    async def _upkeep(self) -> None:
+        assert self.embedder is not None
+        try:
+            await self.open_index()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            event(
+                log,
+                "memory_recall_vector_degraded",
+                logging.WARNING,
+                reason="embedder_failed",
+                error=type(exc).__name__,
+            )
+            return
+        finally:
+            self._loaded.set()
+        while True:
+            try:
+                embedded = await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a failing model or database: lexical recall goes on meanwhile
+                event(log, "embedding_upkeep_failed", logging.WARNING, error=type(exc).__name__)
+                embedded = 0
+            if embedded:
+                continue
+            self._wake.clear()
+            try:  # asyncio.timeout: wait_for may lose a cancellation on Python 3.11 (see gateway/jobs/runner.py)
+                async with asyncio.timeout(UPKEEP_IDLE_SECONDS):
+                    await self._wake.wait()
+                await asyncio.sleep(UPKEEP_DEBOUNCE_SECONDS)  # a burst of writes: one sweep
+            except TimeoutError:
+                pass
+
+    async def _embed_missing(self) -> int:
+        """One batch per kind of items without a current vector; how many were embedded."""
+        assert self.embedder is not None and self.index is not None
+        done = 0
+        for kind in KINDS:
+            # Onward from the last batch: a scan from the start would re-read every item that
+            # already has a vector, each batch (quadratic over a backfill). Past the end, one
+            # more scan from the start finds what was written behind the cursor meanwhile.
+            after = self._cursor.get(kind)
+            batch = await self.vectors.missing(kind, self.embedder.model_id, UPKEEP_BATCH, after=after)
+            if not batch and after is not None:
+                batch = await self.vectors.missing(kind, self.embedder.model_id, UPKEEP_BATCH)
+            self._cursor[kind] = batch[-1][0] if batch else None
+            if not batch:
+                continue
+            vecs = await self.embedder.embed_documents([text for _, text in batch])
+            rows = [(item_id, text_hash(text), vecs[i]) for i, (item_id, text) in enumerate(batch)]
+            await self.vectors.upsert(kind, rows, self.embedder.model_id)
+            if isinstance(self.index, VectorIndex):  # the database's index follows its rows by itself
+                self.index.add_many([(kind, item_id, vec) for item_id, _digest, vec in rows])
+                await self._place(self.index, [(kind, item_id) for item_id, _digest, _vec in rows])
+            done += len(rows)
+        return done
+
+    async def _place(self, index: VectorIndex, keys: Sequence[Key]) -> None:
+        """Put indexed items in their visibility groups (an item without one is found by nobody)."""
+        by_kind: dict[str, list[str]] = {}
+        for kind, item_id in keys:
+            by_kind.setdefault(kind, []).append(item_id)
+        for kind, ids in by_kind.items():
+            places = await self.vectors.places(kind, ids)
+            index.set_groups(((kind, i), self._group(kind, place, owner)) for i, (place, owner) in places.items())
+
+    def _group(self, kind: str, place: str, owner: str | None) -> str:
+        group = _label(kind, place)
+        if kind == "archive" and owner:
+            self._sessions_of.setdefault(owner, set()).add(place)
+        elif kind == "record" and place.startswith(_PROJECT):
+            self._project_groups.add(group)
+        return group
+
+    async def _regroup_changed_records(self) -> None:
+        """A record's scope can be narrowed after it was embedded (review): move it to its new group.
+        (The database's index needs none of this: its search reads each record's scope as it is.)"""
+        if not isinstance(self.index, VectorIndex):
+            return
+        since, self._groups_checked = self._groups_checked, utcnow()
+        changed = await self.vectors.records_changed(since)
+        self.index.set_groups((("record", i), self._group("record", scope, None)) for i, scope in changed)
+
+    def groups(
+        self,
+        scopes: Sequence[str],
+        daily_scopes: Sequence[str],
+        include_projects: bool,
+        archive_user: str | None,
+        archive_keys: Sequence[str],
+    ) -> set[str]:
+        """The index groups one person may see from where they are (the same rules as the lexical legs)."""
+        keys = set(archive_keys)
+        if archive_user is not None:
+            keys |= self._sessions_of.get(archive_user, set())
+        groups = {_label("record", s) for s in scopes} | {_label("daily", s) for s in daily_scopes}
+        groups |= {_label("archive", k) for k in keys}
+        if include_projects:
+            groups |= self._project_groups
+        return groups
+
+    # -- a turn's recall -----------------------------------------------------------------------------
+
+    async def speakers(self) -> Mapping[str, str]:
+        """identity → display name: who a message's author is, as people name them in a question,
+        so that "what did Dana say about …" boosts Dana's messages (and searches without "Dana")."""
+        if time.monotonic() - self._names_read > NAMES_TTL_SECONDS:
+            self._names = await self.storage.identities.display_names()
+            self._named = Names(set(self._names.values()))
+            self._names_read = time.monotonic()
+        return self._names
+
+    async def rank(
+        self,
+        actor: Actor,
+        where: Where,
+        query: str,
+        *,
+        kinds: Collection[str] = KINDS,
+        settings: RecallSettings | None = None,
+        refused: dict[str, str] | None = None,
+    ) -> tuple[Recall, Mapping[str, MemoryRecord]]:
+        """Everything `actor` may recall for `query` from `where`, best first (of `kinds` only), and
+        the records among them by id. sections() picks a turn's share; the CLI's search shows it.
+        `refused`, when given, receives the records the search found in the actor's scopes that the
+        read policy turned away, with why (for the recall trace)."""
+        settings = settings or self.settings
+        names = await self.speakers()
+        legs = _Legs(self, actor, where, names, kinds)
+        if refused is not None:
+            legs.refused = refused
+        vectors = self.vectors_usable(settings)
+        retriever = Retriever(
+            settings,
+            legs.lexical,
+            legs.load,
+            vector=legs.vector if vectors else None,
+            neighbours=legs.neighbours,
+            embed_query=self.embedder.embed_query if vectors and self.embedder is not None else None,
+            calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
+            cooldown=self._cooldown,
+            names=self._named,
+        )
+        event(
+            log,
+            "memory_retrieval_request_plan",
+            legs="lexical+vector" if vectors else "lexical",
+            scopes=len(legs.scopes),
+            lexical_pool=settings.lexical_pool,
+            vector_pool=settings.vector_pool,
+        )
+        return await retriever.recall(query, utcnow()), legs.records
+
+    def vectors_usable(self, settings: RecallSettings | None = None) -> bool:
+        """Whether the vector leg may run: the index is loaded and the model has a cosine floor
+        (calibrated in its manifest, or memory.recall.min_cosine_similarity). A model without one
+        would let every vector neighbour in, however unrelated: recall stays lexical, and says so."""
+        if self.index is None or self.embedder is None:
+            return False
+        floor = (settings or self.settings).min_cosine
+        if floor is None and model_info(self.embedder.model_id).min_cosine is None:
+            if self._cooldown.ready("missing_calibration"):
+                event(
+                    log,
+                    "memory_recall_vector_degraded",
+                    logging.WARNING,
+                    reason="missing_calibration",
+                    model=self.embedder.model_id,
+                    fix="set memory.recall.min_cosine_similarity",
+                )
+            return False
+        return True
+
+    async def search_records(
+        self, actor: Actor, where: Where, query: str, limit: int, *, settings: RecallSettings | None = None
+    ) -> list[Found]:
+        """At most `limit` long-term records `actor` could recall for `query` from `where`, best first,
+        ranked as a turn ranks them (a search by a person: `clawgate memory search`, the console)."""
+        s = settings or self.settings  # a turn takes the best 20 lexical and 50 vector hits; a longer answer, more
+        pools = replace(s, lexical_pool=max(s.lexical_pool, limit), vector_pool=max(s.vector_pool, limit))
+        recall, records = await self.rank(actor, where, query, kinds=("record",), settings=pools)
+        return [Found(records[c.candidate.id], c.score) for c in recall.ranked[:limit]]
+
+    async def sections(self, actor: Actor, where: Where, query: str) -> list[Section]:
+        """What the prompt should carry for this turn: instruction-grade memories, evidence, and
+        earlier notes and messages, each a section (lowest priority dropped first by the budget)."""
+        return (await self.for_turn(actor, where, query)).sections
+
+    async def for_turn(self, actor: Actor, where: Where, query: str) -> TurnMemory:
+        """sections(), with what the turn's recall trace needs to say how they were chosen."""
+        if not self.config.memory.enabled or where.audience == "public" or actor.is_public or not query.strip():
+            return TurnMemory([])
+        started = time.perf_counter()
+        if self.embedder is not None and self.index is None and self._cooldown.ready("embedder_loading"):
+            event(log, "memory_recall_vector_degraded", logging.INFO, reason="embedder_loading")
+        gate = self.config.memory.recall.relevance_gate.model
+        if gate and self._cooldown.ready("memory_recall_gate_degraded"):
+            # No offline cross-encoder ships on PyPI: the second stage is skipped, and said so.
+            event(log, "memory_recall_gate_degraded", logging.WARNING, model=gate, reason="no offline cross-encoder")
+        refused: dict[str, str] = {}
+        recall, records = await self.rank(actor, where, query, refused=refused)
+        now = utcnow()
+        vectors = self.vectors_usable() and not recall.vector_degraded  # the vector leg ran for this turn
+        calibrated = model_info(self.embedder.model_id).evidence_min_score if self.embedder is not None else None
+        evidence_floor, evidence_source, fused = resolve_evidence_floor(self.settings, calibrated, vectors)
+        disagreeing = conflicts(recall.ranked, records)
+        ranked = confirmed_first(recall.ranked, disagreeing)
+        strength = fused_strength if fused else lexical_strength(ranked)
+        held = TurnPolicy(records, evidence_floor, strength, self.secrets, NOTICE_AUTHOR, self._screened)
+        decisions = selection(ranked, self.settings.max_chars, self.settings.k, self.settings.max_similar, held)
+        chosen_ids = {s.candidate.id for s, why in zip(ranked, decisions, strict=True) if why is None}
+        labelled = settle_conflicts(chosen_ids, decisions, ranked, disagreeing)
+        chosen = [s for s, why in zip(ranked, decisions, strict=True) if why is None]
+        event(log, "memory_retrieval_candidate_selection", candidates=len(ranked), chosen=len(chosen))
+        event(
+            log,
+            "memory_retrieval_final",
+            **{k: v for k, v in describe(recall).items() if not isinstance(v, (list, dict))},
+            evidence_floor=evidence_floor,
+            evidence_floor_source=evidence_source,
+        )
+        event(log, "turn_memory_recall", count=len(chosen), ms=(time.perf_counter() - started) * 1000)
+        warnings = {rid: recall_prompt.Warnings(conflicts_with=cid) for rid, cid in labelled.items()}
+        placed = recall_prompt.placed(chosen, records, now, warnings)
+        return TurnMemory(recall_prompt.sections(placed), ranked, decisions, records, placed, refused)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMemory:
+    """A turn's recall: the prompt sections, and for the recall trace everything ranked, the
+    selection's decision on each (None: chosen, else why not), the records among them, and where
+    each chosen item went (its section's title and its line there; the prompt's context budget may
+    still drop or cut that section)."""
+
+    sections: list[Section]
+    ranked: Sequence[Scored] = ()
+    decisions: Sequence[str | None] = ()
+    records: Mapping[str, MemoryRecord] = field(default_factory=dict)
+    placed: Sequence[tuple[Scored, str, str]] = ()
+    refused: Mapping[str, str] = field(default_factory=dict)  # record id → why the read policy left it out
+
+
+class _Legs:
+    """The retriever's callables for one person in one conversation, every one behind the policy."""
+
+    def __init__(
+        self, recall: TurnRecall, actor: Actor, where: Where, names: Mapping[str, str], kinds: Collection[str] = KINDS
+    ) -> None:
+        self.r = recall
+        self.actor = actor
+        self.where = where
+        self.names = names  # identity → display name: a message's author as a question names them
+        visible = recall.memory.visible(actor, where)
+        self.scopes = [str(s) for s in visible.scopes]
+        self.include_projects = visible.include_projects
+        self.archive_user, self.archive_keys = archive_scope(
+            actor.user_id or "", where.conversation or "", where.audience
+        )
+        if not where.conversation:
+            self.archive_keys = []
+        if "archive" not in kinds:
+            self.archive_user, self.archive_keys = None, []
+        self.daily_scopes = [s for s in self.scopes if not s.startswith(_PROJECT)]
+        if "daily" not in kinds or recall.daily is None:
+            self.daily_scopes = []
+        if "record" not in kinds:
+            self.scopes, self.include_projects = [], False
+        self.records: dict[str, MemoryRecord] = {}  # record id → record, for the section labels
+        self.refused: dict[str, str] = {}  # record id → why policy.can_read turned it away
+        self.cache: dict[Key, Candidate] = {}
+
+    def _readable(self, record: MemoryRecord, now: datetime) -> bool:
+        decision = policy.can_read(self.actor, record, self.where, now)
+        if not decision:
+            self.refused[record.id] = decision.reason
+        return bool(decision)
+
+    def _record_candidate(self, record: MemoryRecord) -> Candidate:
+        self.records[record.id] = record
+        return Candidate.of_record(record)
+
+    def _archive_candidate(self, h: Any) -> Candidate:
+        speaker = self.names.get(h.author, h.author) if h.author else None
+        return Candidate("archive", str(h.id), h.content, h.session_key, h.created_at, speaker=speaker, author=h.author)
+
+    @staticmethod
+    def _daily_candidate(h: Any) -> Candidate:
+        day = datetime.fromisoformat(h.day).replace(tzinfo=UTC)
+        return Candidate("daily", str(h.id), h.content, h.scope, day)
+
+    async def lexical(self, query: str, limit: int) -> Sequence[tuple[Candidate, float]]:
+        terms = query_terms(query)
+        if not terms:
+            return []
+        now = utcnow()
+        records, archived, chunks = await self.r.storage.db.read(self._search_all, terms, limit, now)
+        hits: list[tuple[Candidate, float]] = []
+        for record, score in records:
+            if self._readable(record, now):
+                hits.append((self._record_candidate(record), score))
+        hits += [(self._archive_candidate(h), h.score) for h in archived]
+        hits += [(self._daily_candidate(c), c.score) for c in chunks]
+        for candidate, _ in hits:
+            self.cache[candidate.key] = candidate
+        hits.sort(key=lambda pair: -pair[1])
+        return hits
+
+    def _search_all(self, conn: Connection, terms: list[str], limit: int, now: datetime) -> tuple[Any, Any, Any]:
+        """The three full-text legs in one transaction: one hop to the database thread, not three.
+        A leg whose table is empty is skipped (building its query costs more than asking)."""
+        asked = {
+            "memory_records": bool(self.scopes or self.include_projects),
+            "archived_messages": self.archive_user is not None or bool(self.archive_keys),
+            "daily_chunks": bool(self.daily_scopes),
+        }
+        filled = _filled(conn, [table for table, wanted in asked.items() if wanted], self.r.filled)
+        records = []
+        if "memory_records" in filled:
+            records = records_search(conn, terms, self.scopes, self.include_projects, limit, now)
+        archived = []
+        if "archived_messages" in filled:
+            archived = archive_search(conn, terms, self.archive_user, self.archive_keys, limit, snippets=False)
+        chunks = []
+        if "daily_chunks" in filled:
+            chunks = daily_search(conn, terms, self.daily_scopes, limit)
+        return records, archived, chunks
+
+    async def vector(self, qvec: Any, limit: int, only: Collection[Key] | None) -> Sequence[tuple[Key, float]]:
+        index = self.r.index
+        if index is None:
+            return []
+        if only is not None:  # lexical hits and neighbours: already this person's
+            if isinstance(index, DatabaseIndex):
+                scored = await index.scores(qvec, only)
+            else:
+                scored = index.search(qvec, len(only), set(only))
+            return [((kind, item_id), cos) for kind, item_id, cos in scored]
+        # Only what this person may see is ranked (in memory: the groups they may see; in the
+        # database: the lexical legs' rules, in the same statement); the loader then applies the full
+        # policy (status, expiry, review), which can still turn a few away: ask for more until enough pass.
+        nearest: Callable[[int], Awaitable[Sequence[tuple[str, str, float]]]]
+        if isinstance(index, DatabaseIndex):
+            reach = Reach(
+                tuple(self.scopes),
+                self.include_projects,
+                self.archive_user,
+                tuple(self.archive_keys),
+                tuple(self.daily_scopes),
+            )
+
+            async def nearest(want: int) -> Sequence[tuple[str, str, float]]:
+                return await index.search(qvec, want, reach)
+
+        else:
+            groups = self.r.groups(
+                self.scopes, self.daily_scopes, self.include_projects, self.archive_user, self.archive_keys
+            )
+
+            async def nearest(want: int) -> Sequence[tuple[str, str, float]]:
+                return index.search(qvec, want, groups=groups)
+
+        want = limit + max(8, limit // 4)  # the ranking holds only what is theirs already: a small margin
+        while True:
+            raw = await nearest(want)
+            seen = await self.load([(kind, item_id) for kind, item_id, _ in raw])
+            found = [((kind, item_id), cos) for kind, item_id, cos in raw if (kind, item_id) in seen]
+            if len(found) >= limit or len(raw) < want:
+                return found[:limit]
+            want *= 4
+
+    async def neighbours(self, keys: Sequence[Key], reach: int) -> Mapping[Key, Sequence[Key]]:
+        """Archived messages and daily chunks next to these along their thread, up to `reach`
+        steps (a record stands alone), with the new ones loaded: one transaction."""
+        if not any(kind in ("archive", "daily") for kind, _ in keys):
+            return {}
+        adjacent, found = await self.r.storage.db.read(self._threads, keys, reach)
+        for c in found:
+            self.cache.setdefault(c.key, c)
+        return adjacent
+
+    def _threads(
+        self, conn: Connection, keys: Sequence[Key], reach: int
+    ) -> tuple[dict[Key, list[Key]], list[Candidate]]:
+        """Each key's thread (its neighbours this person may see, in order) as adjacency, and the
+        neighbours as candidates."""
+        threads: dict[Key, dict[Key, Any]] = {}  # hit → its thread's items → their order in it
+        found: list[Candidate] = []
+        messages = [int(i) for kind, i in keys if kind == "archive" and i.isdigit()]
+        if messages and (self.archive_user is not None or self.archive_keys):
+            for n in archive_threads(conn, messages, reach, self.archive_user, self.archive_keys):
+                hit = ("archive", str(n.hit))
+                threads.setdefault(hit, {hit: n.hit})[("archive", str(n.id))] = n.id
+                found.append(self._archive_candidate(n))
+        chunks = [int(i) for kind, i in keys if kind == "daily" and i.isdigit()]
+        if chunks and self.daily_scopes:
+            for c in daily_threads(conn, chunks, reach, self.daily_scopes):
+                threads.setdefault(("daily", str(c.hit)), {})[("daily", str(c.id))] = c.chunk_no
+                found.append(self._daily_candidate(c))
+        adjacent: dict[Key, list[Key]] = {}
+        for thread in threads.values():
+            chain = sorted(thread, key=thread.__getitem__)
+            for before, after in itertools.pairwise(chain):
+                adjacent.setdefault(before, []).append(after)
+                adjacent.setdefault(after, []).append(before)
+        return adjacent, found
+
+    async def load(self, keys: Sequence[Key]) -> Mapping[Key, Candidate]:
+        out = {k: self.cache[k] for k in keys if k in self.cache}
+        todo: dict[str, list[str]] = {}
+        for kind, item_id in keys:
+            if (kind, item_id) not in out:
+                todo.setdefault(kind, []).append(item_id)
+        if not todo:
+            return out
+        records, archived, chunks = await self.r.storage.db.read(self._load_sync, todo)
+        now = utcnow()
+        found = [
+            *(self._record_candidate(r) for r in records if self._readable(r, now)),
+            *map(self._archive_candidate, archived),
+            *map(self._daily_candidate, chunks),
+        ]
+        for c in found:
+            out[c.key] = self.cache[c.key] = c
+        return out
+
+    def _load_sync(self, conn: Connection, todo: Mapping[str, Sequence[str]]) -> tuple[Any, Any, Any]:
+        """The items of `todo` (kind → ids) this person may see, in one transaction (the records'
+        read policy is applied by the caller, with the rest of the record in hand)."""
+        records = [r for r in load_records(conn, todo.get("record", ()), False) if self._in_scope(str(r.scope))]
+        messages = [int(i) for i in todo.get("archive", ()) if i.isdigit()]
+        archived = []
+        if messages and (self.archive_user is not None or self.archive_keys):
+            archived = archive_visible(conn, messages, self.archive_user, self.archive_keys, snippets=False)
+        chunks = [int(i) for i in todo.get("daily", ()) if i.isdigit()]
+        found = daily_visible(conn, chunks, self.daily_scopes) if chunks and self.daily_scopes else []
+        return records, archived, found
+
+    def _in_scope(self, scope: str) -> bool:
+        return scope in self.scopes or (self.include_projects and scope.startswith(_PROJECT))
+
+
+def _filled(conn: Connection, tables: Sequence[str], known: set[str]) -> set[str]:
+    """Which of `tables` hold a row. `known` (kept by the caller across turns) holds the tables
+    found filled before: a table rarely empties again, and searching an empty one is only a little
+    wasted work, so those are not asked again; the rest are asked in one statement."""
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        found = conn.exec_driver_sql("SELECT " + ", ".join(f"EXISTS (SELECT 1 FROM {t})" for t in unknown)).one()
+        known.update(t for t, filled in zip(unknown, found, strict=True) if filled)
+    return {t for t in tables if t in known}

@@ -1,0 +1,69 @@
+"""Who may talk to the assistant where, and what audience a conversation is (DESIGN §3). Pure."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from gateway.config.model import Audience, ChatChannelConfig
+from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
+
+
+class Verdict(enum.StrEnum):
+    ALLOW = "allow"
+    IGNORE = "ignore"  # say nothing (groups without a mention, disabled groups)
+    REFUSE = "refuse"  # tell the sender why
+    PAIR = "pair"  # unknown DM sender under the pairing policy: give them a code
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+
+
+def _listed(cfg: ChatChannelConfig, ev: MessageReceived, user_id: str) -> bool:
+    allowed = set(cfg.allow_from)
+    return bool({ev.sender.identity, user_id, f"chat:{ev.ref.chat_id}"} & allowed)
+
+
+def decide(
+    cfg: ChatChannelConfig,
+    ev: MessageReceived,
+    *,
+    user_id: str,
+    roles: tuple[str, ...],
+    declared: bool,
+    paired: bool,
+    is_command: bool,
+) -> Decision:
+    """`declared`: the operator named this identity in config. `paired`: an admin approved it."""
+    is_admin = "admin" in roles
+    if ev.ref.kind == ConversationKind.DM:
+        policy = cfg.dm_policy
+        if policy == "disabled":
+            return Decision(Verdict.REFUSE if not is_admin else Verdict.ALLOW, "direct messages are disabled")
+        if policy == "open" or is_admin or _listed(cfg, ev, user_id):
+            return Decision(Verdict.ALLOW, "open" if policy == "open" else "listed")
+        if policy == "allowlist":
+            return Decision(Verdict.REFUSE, "sender not in allow_from")
+        # pairing
+        if declared or paired:
+            return Decision(Verdict.ALLOW, "paired" if paired else "declared")
+        return Decision(Verdict.PAIR, "unknown sender needs pairing")
+    policy = cfg.group_policy
+    if policy == "disabled":
+        return Decision(Verdict.IGNORE, "groups are disabled")
+    if policy == "allowlist" and not (is_admin or _listed(cfg, ev, user_id)):
+        return Decision(Verdict.IGNORE, "conversation and sender not in allow_from")
+    if cfg.require_mention and not ev.mentions_bot and not is_command:
+        return Decision(Verdict.IGNORE, "not mentioned")
+    return Decision(Verdict.ALLOW, policy)
+
+
+def audience(cfg: ChatChannelConfig | None, ref: ConversationRef) -> Audience:
+    if cfg is not None:
+        override = cfg.audience.get(ref.chat_id)
+        if override is not None:
+            return override
+    return "personal" if ref.kind == ConversationKind.DM else "team"

@@ -1,0 +1,1 @@
+"""The shared web server, token auth, the OpenAI-compatible API and the console."""

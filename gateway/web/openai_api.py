@@ -1,0 +1,297 @@
+"""OpenAI-compatible API: POST /v1/chat/completions (JSON and SSE) and GET /v1/models.
+
+With the request's `user` field set, the conversation lives on the gateway: only the newest user
+message is new input. Without it, each request is its own session built from its messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from gateway.config.model import AgentConfig, Config
+from gateway.core.http_input import BadJson, BodyTooLarge, parse_json, read_body
+from gateway.core.logs import event
+from gateway.core.metrics import Metrics
+from gateway.core.ports import SessionBusy, Throttled
+from gateway.llm.client import Restart, TextDelta
+from gateway.session.budget import FlushTarget
+from gateway.turn.engine import TurnEngine, TurnResult, build_messages
+from gateway.turn.router import Router
+from gateway.turn.tools import ToolContext
+from gateway.web.auth import TokenAuth
+from memory.store.db import StorageUnwritable
+from memory.store.sessions import Message
+from memory.store.storage import Storage
+from memory.tokens import estimate_tokens
+
+log = logging.getLogger("clawgate.openai_api")
+_ROLES = {"system", "user", "assistant", "developer"}
+
+
+def _error(
+    status: int, message: str, kind: str, code: str | None = None, headers: dict[str, str] | None = None
+) -> web.HTTPException:
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+    exc = web.HTTPException(text=body, content_type="application/json", headers=headers)
+    exc.set_status(status)
+    return exc
+
+
+def _content(value: Any) -> str:
+    """Message content: a string, or OpenAI content parts of which the text parts are kept."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(p.get("text", "") for p in value if isinstance(p, dict) and p.get("type") == "text")
+    if value is None:
+        return ""
+    raise ValueError("content must be a string or a list of content parts")
+
+
+class OpenAIApi:
+    def __init__(
+        self,
+        config: Config,
+        storage: Storage,
+        engine: TurnEngine,
+        router: Router,
+        metrics: Metrics,
+        authenticate: TokenAuth,
+        max_bytes: int,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.engine = engine
+        self.router = router
+        self.metrics = metrics
+        self.authenticate = authenticate
+        self.max_bytes = max_bytes
+
+    def mount(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+
+    def _user(self, request: web.Request) -> str:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        try:
+            user = self.authenticate(token.strip(), request.remote) if scheme.lower() == "bearer" else None
+        except Throttled as exc:
+            retry = {"Retry-After": str(max(1, round(exc.retry_after)))}
+            raise _error(429, str(exc), "rate_limit_error", "too_many_failed_attempts", retry) from None
+        if user is None:
+            raise _error(401, "missing or invalid bearer token", "invalid_request_error", "invalid_api_key")
+        return str(user)
+
+    async def models(self, request: web.Request) -> web.Response:
+        self._user(request)
+        created = int(time.time())
+        data = [{"id": "default", "object": "model", "created": created, "owned_by": "clawgate"}]
+        data += [
+            {"id": a.name, "object": "model", "created": created, "owned_by": "clawgate"}
+            for a in self.config.agents.list
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = parse_json(await read_body(request, self.max_bytes))
+        except BodyTooLarge:
+            message = f"request too large: the limit is {self.max_bytes} bytes"
+            raise _error(413, message, "invalid_request_error") from None
+        except BadJson as exc:
+            raise _error(400, str(exc), "invalid_request_error") from None
+        if not isinstance(body, dict):
+            raise _error(400, "the body must be a JSON object", "invalid_request_error")
+        return body
+
+    def _parse_messages(self, raw: Any) -> list[Message]:
+        if not isinstance(raw, list) or not raw:
+            raise _error(400, "'messages' must be a non-empty list", "invalid_request_error")
+        out = []
+        for i, m in enumerate(raw):
+            if not isinstance(m, dict) or m.get("role") not in _ROLES | {"tool"}:
+                raise _error(
+                    400, f"messages[{i}] needs a role of system, user, assistant or developer", "invalid_request_error"
+                )
+            if m["role"] == "tool":
+                continue  # client-side tool results belong to the client's tools, not ours
+            try:
+                content = _content(m.get("content"))
+            except ValueError as exc:
+                raise _error(400, f"messages[{i}].content: {exc}", "invalid_request_error") from None
+            role = "system" if m["role"] == "developer" else m["role"]
+            out.append(Message(role=role, content=content))
+        return out
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._chat_completions(request)
+        except StorageUnwritable as exc:
+            retry = {"Retry-After": "30"}
+            message = f"the gateway cannot save anything right now ({exc.reason}); try again later"
+            raise _error(503, message, "service_unavailable", "storage_unwritable", retry) from None
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        user_id = self._user(request)
+        body = await self._body(request)
+        model_name = body.get("model") or "default"
+        agent = self.config.agent(model_name) if isinstance(model_name, str) else None
+        if agent is None:
+            raise _error(
+                404,
+                f"model {model_name!r} does not exist; GET /v1/models lists the agents",
+                "invalid_request_error",
+                "model_not_found",
+            )
+        msgs = self._parse_messages(body.get("messages"))
+        if sum(len(m.content.encode()) for m in msgs) > self.max_bytes:
+            raise _error(413, f"messages too large: the limit is {self.max_bytes} bytes", "invalid_request_error")
+        session_user = body.get("user")
+        if session_user is not None and (not isinstance(session_user, str) or not 0 < len(session_user) <= 128):
+            raise _error(400, "'user' must be a string of 1-128 characters", "invalid_request_error")
+        stream = bool(body.get("stream"))
+        started = time.perf_counter()
+        if session_user:
+            key = f"api:dm:{user_id}:{session_user}"
+            try:
+                async with self.router.session_slot(key):
+                    response = await self._kept_session(request, agent, user_id, key, msgs, stream, model_name)
+            except SessionBusy:
+                raise _error(429, "too many requests waiting in this session", "rate_limit_error") from None
+        else:
+            key = f"api:ephemeral:{uuid.uuid4().hex}"
+            system = self.router.context.system(agent, user_id, "personal")
+            prompt = [{"role": "system", "content": system}] + [m.to_llm() for m in msgs]
+            response, _ = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
+        self.metrics.turn_latency.labels("api").observe(time.perf_counter() - started)
+        return response
+
+    async def _kept_session(
+        self,
+        request: web.Request,
+        agent: AgentConfig,
+        user_id: str,
+        key: str,
+        msgs: list[Message],
+        stream: bool,
+        model_name: str,
+    ) -> web.StreamResponse:
+        newest = next((m for m in reversed(msgs) if m.role == "user"), None)
+        if newest is None:
+            raise _error(400, "no user message to answer", "invalid_request_error")
+        state = await self.storage.sessions.active(key, agent.name, user_id)
+        user_msg = Message("user", newest.content, author=f"api:{user_id}")
+        memory = self.router.session_memory
+        system = self.router.context.system(agent, user_id, "personal")
+        await memory.before_turn(system, state, [user_msg], FlushTarget("user", user_id))
+        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
+        response, result = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
+        if result is not None:
+            await self.storage.sessions.append(state, [user_msg, *result.produced])
+            memory.after_turn(agent, state)
+        return response
+
+    async def _respond(
+        self,
+        request: web.Request,
+        agent: AgentConfig,
+        user_id: str,
+        key: str,
+        prompt: list[dict[str, Any]],
+        stream: bool,
+        model_name: str,
+    ) -> tuple[web.StreamResponse, TurnResult | None]:
+        ctx = ToolContext(user_id=user_id, session_key=key, timezone=self.config.timezone)
+        cid = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        turn = self.engine.run(agent, prompt, ctx, stream)
+        if not stream:
+            result: TurnResult | None = None
+            async for item in turn:
+                if isinstance(item, TurnResult):
+                    result = item
+            assert result is not None
+            self._count(result)
+            if result.error is not None:
+                raise _error(502, result.text, "upstream_error", result.error.kind)
+            return web.json_response(self._completion(cid, created, model_name, prompt, result)), result
+
+        resp: web.StreamResponse | None = None
+
+        async def open_stream() -> web.StreamResponse:
+            r = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await r.prepare(request)
+            await _sse(r, _chunk(cid, created, model_name, {"role": "assistant", "content": ""}, None))
+            return r
+
+        result = None
+        async for item in turn:
+            if isinstance(item, TextDelta):
+                resp = resp or await open_stream()
+                await _sse(resp, _chunk(cid, created, model_name, {"content": item.text}, None))
+            elif isinstance(item, Restart):
+                event(log, "api_stream_restarted", logging.WARNING, session=key)
+            elif isinstance(item, TurnResult):
+                result = item
+        assert result is not None
+        self._count(result)
+        if resp is None:
+            if result.error is not None:
+                raise _error(502, result.text, "upstream_error", result.error.kind)
+            resp = await open_stream()
+            await _sse(resp, _chunk(cid, created, model_name, {"content": result.text}, None))
+        elif result.error is not None:
+            await _sse(resp, {"error": {"message": result.text, "type": "upstream_error", "code": result.error.kind}})
+        await _sse(resp, _chunk(cid, created, model_name, {}, "stop"))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp, result
+
+    def _count(self, result: TurnResult) -> None:
+        self.metrics.turns.labels("api", "ok" if result.error is None else "llm_error").inc()
+
+    @staticmethod
+    def _completion(
+        cid: str, created: int, model: str, prompt: list[dict[str, Any]], result: TurnResult
+    ) -> dict[str, Any]:
+        prompt_tokens = sum(estimate_tokens(str(m.get("content") or "")) for m in prompt)
+        completion_tokens = estimate_tokens(result.text)
+        return {
+            "id": cid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": result.text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+
+def _chunk(cid: str, created: int, model: str, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+
+
+async def _sse(resp: web.StreamResponse, payload: dict[str, Any]) -> None:
+    await resp.write(b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n")

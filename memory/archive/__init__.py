@@ -1,0 +1,1 @@
+"""Messages that left a session: the archive and the daily Markdown files, and their search."""

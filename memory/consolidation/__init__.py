@@ -1,0 +1,1 @@
+"""Consolidation into Memory.md: what goes, and the files it moves."""

@@ -1,0 +1,1 @@
+"""Local and provider embeddings, and the vectors recall searches."""

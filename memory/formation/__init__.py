@@ -1,0 +1,1 @@
+"""Memory formed from archived messages: candidates, their sources, proposals."""

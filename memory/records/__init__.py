@@ -1,0 +1,1 @@
+"""Long-term memory records: their model, store, search, revisions and merges."""

@@ -1,0 +1,1 @@
+"""The trust rules: read and write policy, redaction, write-back screens, grounding."""
