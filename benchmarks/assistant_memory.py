@@ -75,8 +75,8 @@ from gateway.recall.engine import TurnRecall, embedder_from_config  # noqa: E402
 from gateway.session.memory_service import MemoryService  # noqa: E402
 from memory.embed.embeddings import Embedder, model_info  # noqa: E402
 from memory.recall import DEFAULT_PRIORS, EVIDENCE_FLOOR_LEXICAL, RecallSettings, Scored  # noqa: E402
+from memory.records.fields import NewRecord  # noqa: E402
 from memory.records.model import MemoryClass, Provenance, Scope  # noqa: E402
-from memory.records.store import NewRecord  # noqa: E402
 from memory.store.storage import Storage  # noqa: E402
 from memory.trust.policy import Actor, Where, trust_defaults  # noqa: E402
 

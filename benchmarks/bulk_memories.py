@@ -43,7 +43,9 @@ from recall_scale import PREFIXES, BenchEmbedder, Turn, VectorCache, World, _bod
 from sqlalchemy import func, insert, literal_column, select, text
 from sqlalchemy.engine import Connection
 
-from memory.embed.vectors import KINDS, VectorStore, ensure_hnsw, text_hash, to_blob
+from memory.embed.items import KINDS
+from memory.embed.pgvector import ensure_hnsw
+from memory.embed.vectors import VectorStore, text_hash, to_blob
 from memory.records.model import RecordStatus
 from memory.store.schema import memory_records, memory_revisions, memory_vectors
 from memory.store.storage import Storage

@@ -37,8 +37,8 @@ import aiohttp  # noqa: E402
 from gateway.app import Gateway  # noqa: E402
 from gateway.config.load import parse_config  # noqa: E402
 from gateway.session.memory_service import EVIDENCE_ONLY, INSTRUCTION  # noqa: E402
+from memory.records.fields import NewRecord  # noqa: E402
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope  # noqa: E402
-from memory.records.store import NewRecord  # noqa: E402
 
 ALICE, ROOT_TOKEN = "alice-token-0123456789", "root-token-0123456789"
 WORDS = (

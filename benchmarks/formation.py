@@ -115,8 +115,8 @@ async def seed(data_dir: Path) -> None:
     """SEEDED memories of the benchmark user, written before the gateway starts, in both settings:
     recall then searches a store of memories either way, and what differs is the background work
     (not whether recall has anything to search)."""
+    from memory.records.fields import NewRecord
     from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-    from memory.records.store import NewRecord
     from memory.store.storage import Storage
 
     data_dir.mkdir(parents=True)  # noqa: ASYNC240 (before the gateway starts: nothing else waits)

@@ -11,7 +11,7 @@ session date prefixed to its text ("[8 May 2023] Caroline: …"), created at tha
 its speaker, imported with `RecordStore.import_batch` into a temporary SQLite database: the lexical
 leg is the store's own FTS5 search (`RecordStore.search`). Turns are embedded through
 memory/embed/embeddings.py (the bundled all-MiniLM-L6-v2, on one thread) into a
-`memory.embed.vectors.VectorIndex`; the vector leg searches it with the conversation's items as the allowed
+`memory.embed.index.VectorIndex`; the vector leg searches it with the conversation's items as the allowed
 set, as a scope filter would.
 
 Each question of categories 1-4 (multi-hop, temporal, open-domain, single-hop; 5, adversarial, has
@@ -28,7 +28,7 @@ queries are embedded afresh every time, inside the timed section.
 Neighbour context, which the store does not do yet: (1) the vector of a turn is the normalized mean
 of the turn's own embedding and that of the turn with the one before it, so a reply like "Yes, last
 Sunday" carries what it answers; (2) `Retriever` is told which turns are adjacent in a session.
-Both need the store to know a record's neighbours (see the report of issue 6).
+Both need the store to know a record's neighbours (README, "Recall at scale").
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from memory.embed.embeddings import Embedder, make_embedder, model_info, normalize  # noqa: E402
-from memory.embed.vectors import VectorIndex  # noqa: E402
+from memory.embed.index import VectorIndex  # noqa: E402
 from memory.recall import Candidate, Key, RecallSettings, Retriever, Vector, walk  # noqa: E402
+from memory.records.fields import NewRecord  # noqa: E402
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
-from memory.records.store import NewRecord, RecordStore  # noqa: E402
+from memory.records.store import RecordStore  # noqa: E402
 from memory.store.storage import Storage  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "bench" / "locomo10.json"

@@ -101,7 +101,10 @@ from sqlalchemy import make_url  # noqa: E402
 
 from gateway.config.load import parse_config  # noqa: E402
 from gateway.config.model import Config  # noqa: E402
-from memory.embed.vectors import KINDS, DatabaseIndex, Reach, VectorIndex, VectorStore, text_hash  # noqa: E402
+from memory.embed.index import DatabaseIndex, VectorIndex  # noqa: E402
+from memory.embed.items import KINDS  # noqa: E402
+from memory.embed.pgvector import Reach  # noqa: E402
+from memory.embed.vectors import VectorStore, text_hash  # noqa: E402
 from memory.store.storage import Storage  # noqa: E402
 from memory.trust.policy import Actor  # noqa: E402
 
@@ -332,9 +335,9 @@ async def vector_leg(
     """The vector search alone, as the vector leg asks it (alice's visible items, the top K), and on
     PostgreSQL the share of the exact top K the HNSW search found (for the first `exact_sample`
     questions, None: all)."""
-    from gateway.recall.engine import _Legs
+    from gateway.recall.legs import Legs
 
-    legs = _Legs(recall, actor, where, await recall.speakers())
+    legs = Legs(recall, actor, where, await recall.speakers())
     reach = Reach(
         tuple(legs.scopes), legs.include_projects, legs.archive_user, tuple(legs.archive_keys), tuple(legs.daily_scopes)
     )

@@ -101,9 +101,10 @@ from gateway.turn.context import Section  # noqa: E402
 from memory.archive.daily import DailyFiles  # noqa: E402
 from memory.archive.daily_index import DailyIndex, write_owner_marker  # noqa: E402
 from memory.embed.embeddings import Embedder, LocalEmbedder, make_embedder  # noqa: E402
-from memory.embed.vectors import VectorIndex, VectorStore  # noqa: E402
+from memory.embed.index import VectorIndex  # noqa: E402
+from memory.embed.vectors import VectorStore  # noqa: E402
+from memory.records.fields import NewRecord  # noqa: E402
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy  # noqa: E402
-from memory.records.store import NewRecord  # noqa: E402
 from memory.store.schema import daily_chunks  # noqa: E402
 from memory.store.sessions import Message  # noqa: E402
 from memory.store.storage import Storage  # noqa: E402

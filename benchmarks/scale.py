@@ -26,7 +26,7 @@ Each trio of scenarios runs under each CPU limit of `--cpus-per-instance` (defau
     0.5` or a Kubernetes CPU limit gives a container): the instances are the limit, not the
     machine, which is what adding an instance is for. Needs root; skipped with a note otherwise.
 
-turns/s = answered turns / wall time. The target (issue 9): two instances >= 1.7x one. PostgreSQL's
+turns/s = answered turns / wall time. The target (README, "Several instances"): two instances >= 1.7x one. PostgreSQL's
 CPU is its backends serving the scenario's database; the machine's other load during each scenario
 is reported ("other processes", in cores: well above 0 means a disturbed run).
 """

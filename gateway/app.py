@@ -9,14 +9,18 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 import channels
+from channels.telegram.config import TelegramChannelConfig
+from channels.web.config import WebChannelConfig
 from gateway.config.load import secret_values
-from gateway.config.model import Config, TelegramChannelConfig, WebChannelConfig
+from gateway.config.model import AIConfig, Config
 from gateway.core.events import ConversationRef, MessageReceived
 from gateway.core.logs import event, setup_logging
 from gateway.core.metrics import Metrics
@@ -28,7 +32,7 @@ from gateway.jobs.runner import JobRunner
 from gateway.llm.client import LLMClient, ModelSpec
 from gateway.recall.engine import TurnRecall, embedder_from_config
 from gateway.recall.trace import TraceRecorder
-from gateway.reload import Reloader, llm_settings
+from gateway.reload import Reloader
 from gateway.session.budget import SessionMemory
 from gateway.session.memory_service import MemoryService
 from gateway.session.memory_tools import consolidate_tool, memory_tools, search_archive_tool
@@ -45,6 +49,7 @@ from gateway.web.openai_api import OpenAIApi
 from gateway.web.server import HostPolicy, MetricsAccess, add_ops_routes, build_app
 from memory.archive.daily import DailyFiles
 from memory.archive.daily_index import DailyIndex
+from memory.store.jobs import DONE
 from memory.store.leases import SessionLeases
 from memory.store.presets import PresetStore
 from memory.store.storage import Storage
@@ -134,12 +139,12 @@ class Gateway:
         embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
         self.recall = TurnRecall(self.config, storage, memory, self.daily_index, embedder, secrets)
         memory.on_change = self.session_memory.on_change = self.recall.wake
-        # Memory formation (issue 7): SessionMemory queues one job per archived range, the runner runs it.
+        # Memory formation (DESIGN §6, §8): SessionMemory queues one job per archived range, the runner runs it.
         self.formation = Formation(self.config, storage, self.llm, self.session_memory, self.jobs, secrets)
         self.formation.register()
         self.formation.on_change = self.recall.wake
         self.session_memory.formation = self.formation.queue
-        # Consolidation into Memory.md and the daily merge (issue 7): their job kinds and the tool.
+        # Consolidation into Memory.md and the daily merge (DESIGN §8): their job kinds and the tool.
         session_memory = self.session_memory
 
         def chain() -> list[ModelSpec]:  # the first agent of the config in force (a reload may change it)
@@ -175,7 +180,10 @@ class Gateway:
         self.session_memory.leases = self.router.leases
         self.openai_api = OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body)
         self.openai_api.mount(app)
-        self.console = console.mount(app, self, memory, core, secrets)
+        trace_store = self.traces.store
+        self.console = console.mount(
+            app, self.config, storage, self.auth, memory, core, self.recall, trace_store, self.status, secrets
+        )
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render, metrics_access=metrics_access(web_cfgs))
         self.write_check = WriteCheck(storage.db, self.config.storage.data_dir, self._instance_name())
 
@@ -216,6 +224,44 @@ class Gateway:
             resumed = await self.router.resume_unfinished()
         if resumed:
             event(log, "gateway_resumed_events", count=resumed)
+
+    def add_secrets(self, values: Sequence[str]) -> None:
+        """Redact these too, from now on: the log filter, and every part sharing `self.secrets`
+        (the daily files keep a copy of their own)."""
+        self.secrets.extend(v for v in values if v not in self.secrets)
+        setup_logging(self.config.logging.level, self.secrets)
+        if self.session_memory is not None:
+            self.session_memory.daily.secrets = tuple(self.secrets)
+
+    async def apply_config(self, config: Config) -> None:
+        """Hand `config` to every part of a started gateway that reads it. The only wait (declared
+        users to the database) comes first; the swap itself has no await, so no turn sees half of it.
+        A new part that keeps the config belongs here: tests/integration/test_reload.py walks the
+        gateway's objects and names any still holding the old one."""
+        router = self.router
+        assert self.storage is not None and router is not None
+        declared = self.declared_users(config)
+        if declared != self.declared_users(self.config):
+            await self.storage.identities.sync_declared(declared)
+        self.config = config
+        self.auth.use_config(config)
+        self.llm.configure(**llm_settings(config.ai))
+        router.use_config(config)
+        router.engine.config = config
+        router.context.config = config
+        router.session_memory.use_config(config)
+        if router.memory is not None:
+            router.memory.use_config(config)
+        if router.recall is not None:
+            router.recall.use_config(config)
+        if self.formation is not None:
+            self.formation.use_config(config)
+        if self.consolidator is not None:
+            self.consolidator.config = config
+        if self.openai_api is not None:
+            self.openai_api.config = config
+        if self.console is not None:
+            self.console.config = config
 
     async def _accept(self, ev: MessageReceived) -> bool:
         if self.router is None:
@@ -407,6 +453,60 @@ class Gateway:
     def url(self) -> str:
         return self.url_for(self._sites[0])
 
+    async def status(self) -> dict[str, Any]:
+        """Channels, models, embeddings, the job queue and the last consolidation, as the status page
+        shows them. Model reachability is what the latest call to each model found (no call is made)."""
+        storage = self.storage
+        assert storage is not None
+        channels = {}
+        for name, adapter in self.adapters.items():
+            health = adapter.health()
+            channels[name] = {"ok": health.ok, "detail": health.detail}
+        models = []
+        seen: set[str] = set()
+        for agent in self.config.agents.list:
+            chain = model_chain(self.config, agent)
+            missing = await self.llm.missing_credentials(chain) if self.llm.loaded else {}
+            for spec in chain:
+                if spec.model in seen:
+                    continue
+                seen.add(spec.model)
+                last = self.metrics.last_llm_call.get(spec.model)
+                models.append(
+                    {
+                        "model": spec.model,
+                        "agent": agent.name,
+                        "last_outcome": last[0] if last else None,
+                        "last_call_at": _iso(last[1]) if last else None,
+                        "missing_credentials": missing.get(spec.model, []),
+                    }
+                )
+        embeddings: dict[str, Any] = {"enabled": False}
+        recall = self.recall
+        if recall is not None and recall.embedder is not None:
+            model_id = recall.embedder.model_id
+            coverage = await recall.vectors.coverage(model_id)
+            embeddings = {
+                "enabled": True,
+                "model": model_id,
+                "loaded": recall.index is not None,
+                "coverage": {kind: {"embedded": done, "total": total} for kind, (done, total) in coverage.items()},
+            }
+        consolidated = await storage.jobs.list(DONE, CONSOLIDATE_JOB, 1)
+        return {
+            "uptime_seconds": round(time.time() - self.started_at),
+            "channels": channels,
+            "models": models,
+            "embeddings": embeddings,
+            "jobs": await storage.jobs.counts(),
+            "flushes": await storage.flushes.counts(),
+            "last_consolidation": consolidated[0].finished_at.isoformat()
+            if consolidated and consolidated[0].finished_at
+            else None,
+            # config.yaml as running: the last reload, its problems' paths, what waits for a restart
+            "config": self.reloader.status() if self.reloader is not None else None,
+        }
+
     async def _readiness(self) -> tuple[bool, dict[str, Any]]:
         storage_ok = self.storage is not None and await self.storage.ping()
         unwritable = await self.write_check.problem() if storage_ok and self.write_check is not None else None
@@ -453,3 +553,19 @@ def host_policy(config: Config) -> HostPolicy:
 def metrics_access(webs: dict[str, WebChannelConfig]) -> MetricsAccess:
     tokens = tuple(c.metrics.token.get_secret_value() for c in webs.values() if c.metrics.token is not None)
     return MetricsAccess(tokens, public=any(c.metrics.public for c in webs.values()))
+
+
+def llm_settings(ai: AIConfig) -> dict[str, Any]:
+    """The LLMClient's settings from `ai` (at start, and again on each reload)."""
+    return {
+        "timeout": ai.timeout_seconds,
+        "retries": ai.retries,
+        "backoff": ai.retry_backoff_seconds,
+        "max_concurrent": ai.max_concurrent_calls,
+        "temperature": ai.temperature,
+        "transport": ai.transport,
+    }
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).isoformat()

@@ -30,19 +30,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml  # type: ignore[import-untyped]
 from pydantic import BaseModel
 
 from gateway.config.load import ConfigError, ConfigProblem, load_config, secret_values
-from gateway.config.model import AgentConfig, AIConfig, ChatChannelConfig, Config
+from gateway.config.model import AgentConfig, Config
+from gateway.core.channel_config import ChatChannelConfig
 from gateway.core.logs import event, setup_logging
 from gateway.reload_files import STATUS_FILE, write_atomically
 from gateway.turn.engine import model_chain
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
 
 log = logging.getLogger("clawgate.reload")
 
@@ -77,18 +75,6 @@ LIVE_CHANNEL_KEYS = frozenset(
         "max_message_chars",
     }
 )
-
-
-def llm_settings(ai: AIConfig) -> dict[str, Any]:
-    """The LLMClient's settings from `ai` (at start, and again on each reload)."""
-    return {
-        "timeout": ai.timeout_seconds,
-        "retries": ai.retries,
-        "backoff": ai.retry_backoff_seconds,
-        "max_concurrent": ai.max_concurrent_calls,
-        "temperature": ai.temperature,
-        "transport": ai.transport,
-    }
 
 
 # -- what changed, and what of it can apply now (pure) --------------------------------------------
@@ -287,37 +273,6 @@ class Loaded:
 # -- applying --------------------------------------------------------------------------------------
 
 
-async def apply(gw: Gateway, config: Config) -> None:
-    """Hand `config` to every part of a started gateway that reads it. The only wait (declared
-    users to the database) comes first; the swap itself has no await, so no turn sees half of it.
-    A new part that keeps the config belongs here: tests/integration/test_reload.py walks the
-    gateway's objects and names any still holding the old one."""
-    router = gw.router
-    assert gw.storage is not None and router is not None
-    declared = gw.declared_users(config)
-    if declared != gw.declared_users(gw.config):
-        await gw.storage.identities.sync_declared(declared)
-    gw.config = config
-    gw.auth.use_config(config)
-    gw.llm.configure(**llm_settings(config.ai))
-    router.use_config(config)
-    router.engine.config = config
-    router.context.config = config
-    router.session_memory.use_config(config)
-    if router.memory is not None:
-        router.memory.use_config(config)
-    if router.recall is not None:
-        router.recall.use_config(config)
-    if gw.formation is not None:
-        gw.formation.use_config(config)
-    if gw.consolidator is not None:
-        gw.consolidator.config = config
-    if gw.openai_api is not None:
-        gw.openai_api.config = config
-    if gw.console is not None:
-        gw.console.config = config
-
-
 @dataclass
 class Outcome:
     at: datetime
@@ -344,10 +299,22 @@ class Outcome:
         }
 
 
+class Reloadable(Protocol):
+    """The running gateway as the reloader sees it (gateway.app.Gateway)."""
+
+    config: Config  # the config in force
+
+    def add_secrets(self, values: Sequence[str]) -> None:
+        """Redact these too (from now on: logs, stored text, daily files)."""
+
+    async def apply_config(self, config: Config) -> None:
+        """Hand `config` to every part that reads it, at once."""
+
+
 class Reloader:
     def __init__(
         self,
-        gateway: Gateway,
+        gateway: Reloadable,
         path: Path,
         poll_seconds: float = POLL_SECONDS,
         debounce_seconds: float = DEBOUNCE_SECONDS,
@@ -418,11 +385,7 @@ class Reloader:
             return self._failed(trigger, loaded.error.problems, force)
         new = loaded.config
         # New secrets are redacted from the logs before anything of the new file is logged.
-        secrets = self.gateway.secrets
-        secrets.extend(s for s in secret_values(new) if s not in secrets)
-        setup_logging(self.gateway.config.logging.level, secrets)
-        if self.gateway.session_memory is not None:  # the daily files keep a copy
-            self.gateway.session_memory.daily.secrets = tuple(secrets)
+        self.gateway.add_secrets(secret_values(new))
         refused = refusals(self.gateway.config, new, empty=loaded.empty)
         if refused and not force:
             return self._refused(trigger, refused)
@@ -435,11 +398,11 @@ class Reloader:
         ignored = set(self.gateway.config.unread_keys())
         if plan.live:
             try:
-                await apply(self.gateway, plan.config)
+                await self.gateway.apply_config(plan.config)
             except Exception as exc:  # the database refused the declared users: nothing was swapped
                 problem = ConfigProblem("users", None, f"could not be saved ({type(exc).__name__})")
                 return self._failed(trigger, [problem], force)
-            setup_logging(plan.config.logging.level, self.gateway.secrets)
+            setup_logging(plan.config.logging.level)
             self.loaded_at = datetime.now(UTC)
             event(log, "config_reloaded", trigger=trigger, changed=",".join(plan.sections))
         elif not plan.restart:

@@ -1,1 +1,2 @@
-"""Everything remembered: storage, sessions, identities, inbound event journal, (later) long-term memory."""
+"""The memory engine: storage, the archive, long-term records, embeddings and the trust rules they
+obey. It imports nothing of the gateway but gateway.core (docs/architecture.md)."""

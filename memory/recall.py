@@ -74,7 +74,7 @@ from memory.records.model import MemoryClass, MemoryRecord
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # (kind, id), as memory.embed.vectors names items
+Key = tuple[str, str]  # (kind, id), as memory.embed.items names items
 Vector = npt.NDArray[np.float32]
 
 RECENCY_FLOOR = 0.95

@@ -25,11 +25,11 @@ import discord
 from channels.discord import endpoints
 from channels.discord.calls import platform_call, trace_config
 from channels.discord.commands import ack_text, command_definitions
+from channels.discord.config import DiscordChannelConfig
 from channels.discord.errors import DiscordStartError
 from channels.discord.normalize import command_name, normalize, normalize_command
 from channels.discord.payloads import channel_payload, interaction_payload, message_payload
 from channels.discord.render import render, rendered_length
-from gateway.config.model import DiscordChannelConfig
 from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.logs import event
 from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy

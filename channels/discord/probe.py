@@ -11,7 +11,7 @@ import errno
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config.model import DiscordChannelConfig
+from channels.discord.config import DiscordChannelConfig
 from gateway.core.probe import Finding, FindingStatus, Probe, short, timed_out, unreachable
 
 

@@ -30,10 +30,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from channels.slack.config import SlackChannelConfig
 from channels.slack.errors import SlackStartError, to_delivery_error
 from channels.slack.normalize import BotIdentity, normalize_command, normalize_event
 from channels.slack.render import to_mrkdwn
-from gateway.config.model import SlackChannelConfig
 from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.logs import event
 from gateway.core.ports import Capabilities, ChannelServices, EventSink, Health, SessionBusy

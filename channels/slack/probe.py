@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.config.model import SlackChannelConfig
+from channels.slack.config import SlackChannelConfig
 from gateway.core.probe import Finding, Probe, needs_web_server, timed_out, unreachable
 
 # Slack answers these (HTTP 200, ok=false) for a token it does not take.

@@ -27,10 +27,10 @@ from telegram.error import BadRequest, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, TypeHandler, Updater
 from telegram.request import HTTPXRequest
 
+from channels.telegram.config import TelegramChannelConfig
 from channels.telegram.errors import TelegramStartError, delivery_error
 from channels.telegram.normalize import ALLOWED_UPDATES, BotIdentity, normalize_update
 from channels.telegram.render import render
-from gateway.config.model import TelegramChannelConfig
 from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.logs import event
 from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy

@@ -9,7 +9,7 @@ import contextlib
 from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.config.model import TelegramChannelConfig
+from channels.telegram.config import TelegramChannelConfig
 from gateway.core.probe import Finding, FindingStatus, Probe, needs_web_server, short, timed_out, unreachable
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from gateway.config.model import WebChannelConfig
+from channels.web.config import WebChannelConfig
 from gateway.core.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.http_input import BadJson, BodyTooLarge, is_local_request, parse_json, read_body
 from gateway.core.logs import event

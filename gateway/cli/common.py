@@ -98,7 +98,7 @@ def record_json(record: Any, score: float | None = None, *, full: bool = False) 
     """A long-term memory as `memory export` writes it and `memory search --json` shows it; `full`:
     every field a revision records, and its grade, as `memory show` and `memory review` print it."""
     if full:
-        from memory.records.store import snapshot
+        from memory.records.rows import snapshot
         from memory.trust import policy
 
         # The revision snapshot, so a field added to records shows here without a second list.

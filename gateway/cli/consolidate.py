@@ -17,7 +17,7 @@ from gateway.config.load import secret_values
 from gateway.config.model import Config
 
 if TYPE_CHECKING:
-    from memory.records.store import Revision
+    from memory.records.rows import Revision
     from memory.store.storage import Storage
 
 CLI_ACTOR = "cli"

@@ -107,7 +107,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gateway.doctor import checks as doctor
+    from gateway.doctor import report as doctor
 
     if not 0 < args.timeout <= 300:
         print("clawgate doctor: --timeout must be more than 0 and at most 300 seconds", file=sys.stderr)

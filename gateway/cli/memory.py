@@ -92,8 +92,8 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
 
 def parse_import(lines: list[str], scope: Any, secrets: list[str]) -> tuple[list[Any], list[str]]:
     """(new records, errors as "line N: reason"). Every line is checked before anything is written."""
+    from memory.records.fields import NewRecord
     from memory.records.model import MemoryClass, Provenance, ReviewStatus
-    from memory.records.store import NewRecord
     from memory.trust import policy, writeback
 
     items: list[NewRecord] = []
@@ -309,7 +309,8 @@ def _backfill(args: argparse.Namespace, config: Config) -> int:
 
 async def _run_backfill(storage: Storage, embedder: Embedder, args: argparse.Namespace, out: list[Progress]) -> int:
     from memory.embed.embeddings import LocalEmbedder
-    from memory.embed.vectors import KINDS, VectorStore, text_hash
+    from memory.embed.items import KINDS
+    from memory.embed.vectors import VectorStore, text_hash
 
     vectors = VectorStore(storage.db)
     model = embedder.model_id

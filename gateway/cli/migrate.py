@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from gateway.cli.common import load_or_report
-from gateway.cli.migrate_storage import BATCH, USAGE, MigrateError, Summary, migrate
+from gateway.cli.migrate_ends import USAGE, MigrateError
+from gateway.cli.migrate_storage import BATCH, Summary, migrate
 
 
 def add_parser(sub: Any) -> None:

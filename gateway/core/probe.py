@@ -12,10 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from gateway.config.model import Config
+from typing import Any, Literal, Protocol
 
 FindingStatus = Literal["ok", "info", "warn", "fail"]
 _TELEGRAM_URL_TOKEN = re.compile(r"/bot[^/\s]+/")
@@ -30,12 +27,24 @@ class Finding:
     data: Mapping[str, Any] = field(default_factory=dict)
 
 
+class ConfigView(Protocol):
+    """What a probe may read of the gateway's whole config (gateway.config.model.Config is one)."""
+
+    @property
+    def channels(self) -> Mapping[str, Any]: ...
+
+    @property
+    def users(self) -> Mapping[str, Any]: ...
+
+    def web_channels(self) -> Mapping[str, Any]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """What a channel's probe needs besides the channel's own config."""
 
     name: str  # the channel's key under `channels:`
-    config: Config
+    config: ConfigView
     timeout: float  # the whole probe, in seconds
     variables: Mapping[str, str] = field(default_factory=dict)  # config path -> its ${VARIABLE}
 

@@ -17,8 +17,10 @@ import errno
 import socket
 
 import channels
-from gateway.config.model import AnyChannelConfig, Config, SlackChannelConfig, WebChannelConfig
-from gateway.core.probe import Finding, FindingStatus, Probe, short
+from channels.slack.config import SlackChannelConfig
+from channels.web.config import WebChannelConfig
+from gateway.config.model import AnyChannelConfig
+from gateway.core.probe import ConfigView, Finding, FindingStatus, Probe, short
 
 NETWORK_TYPES = channels.PROBED_TYPES  # probes that ask a platform
 
@@ -67,7 +69,7 @@ async def _served_by_gateway(host: str, port: int, timeout: float) -> str | None
     return f"GET /healthz answered {resp.status}, not a gateway's {{'status': 'ok'}}"
 
 
-def web_access(config: Config, cfg: WebChannelConfig) -> tuple[bool, str]:
+def web_access(config: ConfigView, cfg: WebChannelConfig) -> tuple[bool, str]:
     """(whether anyone can sign in, who can) for the web channel."""
     holders = sum(1 for user in config.users.values() if user.tokens)
     parts = [f"{holders} user(s) with tokens"]

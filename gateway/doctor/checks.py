@@ -3,10 +3,11 @@
 A list of named checks (`CHECKS`), run in order. Each says ok | info | warn | fail, one line of
 detail and, when not ok, a fix hint; a check that cannot run because something it needs is broken
 (no valid config, no database) says `skip` and why, so that one root problem is reported once.
-Output: an aligned table, or with `--json` one object. Exit code 0 when nothing failed, 1 otherwise.
+gateway/doctor/report.py prints them (a table, or with `--json` one object; exit code 1 when one failed).
 
-A check is an async function of the shared `Context`, which holds what earlier checks learned (the
-config, the open database, the embedder); it raises `Skipped` when its prerequisite is missing.
+A check is an async function of the shared `Context` (gateway/doctor/context.py), which holds what
+earlier checks learned (the config, the open database, the embedder); it raises `Skipped` when its
+prerequisite is missing.
 Adding a check is one function and one entry in `CHECKS`. A `Group` entry stands for checks known
 only once the config is: one per configured channel (gateway/doctor/channels.py, which asks each
 platform through its channel package's probe) and one per model of the chain (gateway/doctor/models.py);
@@ -23,122 +24,37 @@ replaced by *** in whatever a check reports."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import shutil
-from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from gateway import preflight
 from gateway.config.load import ConfigError, load_config, secret_values
 from gateway.config.model import Config
 from gateway.core.probe import Probe, mask_userinfo
 from gateway.doctor.channels import NETWORK_TYPES, probe_channel
+from gateway.doctor.context import (
+    CHECK_TIMEOUT_S,
+    Check,
+    Context,
+    Entry,
+    Group,
+    Result,
+    Skipped,
+    Status,
+    redact,
+)
 from gateway.doctor.models import ModelUse, ask_model, configured_models
 
 if TYPE_CHECKING:
-    from gateway.llm.client import LLMClient
-    from memory.embed.embeddings import Embedder
-    from memory.store.db import Database
+    pass
 
-Status = Literal["ok", "info", "warn", "fail", "skip"]
-STATUSES: tuple[Status, ...] = ("ok", "info", "warn", "fail", "skip")
-CHECK_TIMEOUT_S = 20.0  # a database that does not answer is a failed check, not a hung doctor
-PROBE_TIMEOUT_S = 5.0  # each channel's and model's network check (--timeout)
 DISK_WARN_BYTES = 1 << 30  # 1 GiB
 DISK_FAIL_BYTES = 100 << 20  # 100 MiB
 START_ONCE = "start the gateway once (clawgate run): it creates the database and brings its schema up to date"
-
-
-class Skipped(Exception):
-    """A check cannot run: what it needs is missing or broken (the message says what)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    status: Status
-    detail: str
-    hint: str | None = None  # how to fix it; set when the status is not ok
-    lines: tuple[str, ...] = ()  # more to read under the detail (every config problem)
-    data: Mapping[str, Any] = field(default_factory=dict)  # the facts, for --json
-    name: str = ""  # filled in from the check
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "status": self.status, "detail": self.detail}
-        if self.hint:
-            out["hint"] = self.hint
-        if self.lines:
-            out["lines"] = list(self.lines)
-        if self.data:
-            out["data"] = dict(self.data)
-        return out
-
-
-class Context:
-    """What the checks share, set by the check that establishes it (`provide`) or says why it could
-    not (`lack`), and read by the checks after it (`config()`, `database()`, `embedder()`)."""
-
-    def __init__(self, config_path: Path, *, offline: bool = False, timeout: float = PROBE_TIMEOUT_S) -> None:
-        self.config_path = config_path
-        self.offline = offline  # ask no platform and no model
-        self.timeout = timeout  # each network check, in seconds
-        self.variables: dict[str, str] = {}  # config path -> the ${VARIABLE} it is read from
-        self.secrets: list[str] = []  # every configured secret, masked in every result
-        self._config: Config | None = None
-        self._db: Database | None = None
-        self._embedder: Embedder | None = None
-        self._llm: LLMClient | None = None
-        self._why_not: dict[str, str] = {}
-
-    def provide(
-        self, *, config: Config | None = None, database: Database | None = None, embedder: Embedder | None = None
-    ) -> None:
-        self._config = config or self._config
-        self._db = database or self._db
-        self._embedder = embedder or self._embedder
-
-    def lack(self, what: Literal["config", "database", "embedder"], why: str) -> None:
-        self._why_not[what] = why
-
-    def _missing(self, what: str) -> Skipped:
-        return Skipped(self._why_not.get(what, f"the {what} was not checked"))
-
-    def config(self) -> Config:
-        if self._config is None:
-            raise self._missing("config")
-        return self._config
-
-    def database(self) -> Database:
-        """The open database, its schema at the newest revision."""
-        if self._db is None:
-            raise self._missing("database" if self._config is not None else "config")
-        return self._db
-
-    def embedder(self) -> Embedder:
-        """The configured embedder (built, never loaded)."""
-        if self._embedder is None:
-            raise self._missing("embedder" if self._config is not None else "config")
-        return self._embedder
-
-    def llm(self) -> LLMClient:
-        """The model client the model checks share (LiteLLM is imported once, in a thread)."""
-        if self._llm is None:
-            from gateway.llm.client import LLMClient
-
-            self._llm = LLMClient(timeout=self.timeout, retries=0)
-        return self._llm
-
-    async def close(self) -> None:
-        if self._db is not None:
-            await self._db.close()
-        if self._llm is not None:
-            await self._llm.aclose()
-
-
-Check = Callable[[Context], Awaitable[Result]]
 
 
 # --- config -------------------------------------------------------------------------------------
@@ -540,17 +456,6 @@ def _model_check(use: ModelUse) -> Check:
     return check
 
 
-@dataclass(frozen=True, slots=True)
-class Group:
-    """Checks known once the config is (`expand`), run at the same time and reported in order. When
-    they cannot be known, one row named `name` says why."""
-
-    name: str
-    expand: Callable[[Context], Sequence[tuple[str, Check]]]
-
-
-Entry = tuple[str, Check] | Group
-
 CHECKS: Sequence[Entry] = (
     ("config", check_config),
     ("database", check_database),
@@ -601,84 +506,3 @@ async def _run_one(ctx: Context, name: str, check: Check, cap: float | None = No
     except Exception as exc:
         result = Result("fail", f"the check broke: {type(exc).__name__}: {exc}", "please report this")
     return redact(replace(result, name=name), ctx.secrets)
-
-
-def redact(result: Result, secrets: Sequence[str]) -> Result:
-    """The result with every secret replaced by *** (an SDK's message may quote a token or a URL
-    that holds one)."""
-    shown = sorted((s for s in set(secrets) if len(s) >= 4), key=len, reverse=True)  # shorter ones would mangle text
-    if not shown:
-        return result
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, str):
-            for secret in shown:
-                value = value.replace(secret, "***")
-            return value
-        if isinstance(value, Mapping):
-            return {k: clean(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return type(value)(clean(v) for v in value)
-        return value
-
-    return replace(
-        result,
-        detail=clean(result.detail),
-        hint=clean(result.hint),
-        lines=clean(result.lines),
-        data=clean(result.data),
-    )
-
-
-def failed(results: Sequence[Result]) -> bool:
-    return any(r.status == "fail" for r in results)
-
-
-def summary(results: Sequence[Result]) -> str:
-    counts = Counter(r.status for r in results)
-    parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
-    return ", ".join(parts) + (": something failed" if failed(results) else ": nothing failed")
-
-
-def render_table(results: Sequence[Result]) -> str:
-    """CHECK, STATUS and DETAIL columns; more lines and the hint indented under the detail ("fix:"
-    for a warning or failure, "note:" for information)."""
-    name_w = max([len("CHECK"), *(len(r.name) for r in results)])
-    status_w = max([len("STATUS"), *(len(r.status) for r in results)])
-    pad = " " * (name_w + status_w + 4)
-    out = [f"{'CHECK':<{name_w}}  {'STATUS':<{status_w}}  DETAIL"]
-    for r in results:
-        out.append(f"{r.name:<{name_w}}  {r.status:<{status_w}}  {r.detail}")
-        out += [f"{pad}- {line}" for line in r.lines]
-        if r.hint and r.status != "ok":
-            out.append(f"{pad}{'fix' if r.status in ('warn', 'fail') else 'note'}: {r.hint}")
-    out.append("")
-    out.append(summary(results))
-    return "\n".join(out)
-
-
-def render_json(results: Sequence[Result], config_path: Path) -> str:
-    counts = Counter(r.status for r in results)
-    return json.dumps(
-        {
-            "ok": not failed(results),
-            "config": str(config_path),
-            "counts": {s: counts[s] for s in STATUSES},
-            "checks": [r.to_json() for r in results],
-        },
-        ensure_ascii=False,
-        indent=2,
-    )
-
-
-def main(config_path: Path, *, as_json: bool = False, offline: bool = False, timeout: float = PROBE_TIMEOUT_S) -> int:
-    async def run() -> list[Result]:
-        ctx = Context(config_path, offline=offline, timeout=timeout)
-        try:
-            return await run_checks(ctx)
-        finally:
-            await ctx.close()
-
-    results = asyncio.run(run())
-    print(render_json(results, config_path) if as_json else render_table(results))
-    return 1 if failed(results) else 0

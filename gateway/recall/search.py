@@ -20,7 +20,8 @@ from gateway.config.model import Config
 from gateway.recall.engine import TurnRecall
 from gateway.session.memory_service import Found, MemoryService
 from memory.embed.embeddings import Embedder
-from memory.embed.vectors import DatabaseIndex, VectorIndex, VectorStore
+from memory.embed.index import DatabaseIndex, VectorIndex
+from memory.embed.vectors import VectorStore
 from memory.store.storage import Storage
 from memory.trust.policy import Actor
 

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from memory.archive.store import STOP_WORDS
+from memory.archive.fulltext import STOP_WORDS
 from memory.formation.admission import text_problem
 from memory.recall import CONFLICTING, NOTICE, SCREENED, WEAK_EVIDENCE, Scored
 from memory.records.model import MemoryRecord

@@ -15,9 +15,10 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.core.logs import event
+from gateway.recall.engine import TurnMemory
 from gateway.turn.context import Section
 from memory.recall import CONFLICTING, NOTICE, SCREENED, WEAK_EVIDENCE
 from memory.store.traces import (
@@ -43,9 +44,6 @@ from memory.trust.policy import (
     HELD_UNUSABLE,
 )
 from memory.trust.redact import redact
-
-if TYPE_CHECKING:
-    from gateway.recall.engine import TurnMemory  # gateway.recall.engine imports the commands, which import this
 
 log = logging.getLogger("clawgate.trace")
 

@@ -1,11 +1,12 @@
-"""Who may talk to the assistant where, and what audience a conversation is (DESIGN §3). Pure."""
+"""Who may talk to the assistant where, what they are told when not, and what audience a
+conversation is (DESIGN §3). Pure."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
 
-from gateway.config.model import Audience, ChatChannelConfig
+from gateway.core.channel_config import Audience, ChatChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
 
 
@@ -59,6 +60,31 @@ def decide(
     if cfg.require_mention and not ev.mentions_bot and not is_command:
         return Decision(Verdict.IGNORE, "not mentioned")
     return Decision(Verdict.ALLOW, policy)
+
+
+def refusal(decision: Decision, cfg: ChatChannelConfig, ev: MessageReceived, pairing_code: str | None) -> str | None:
+    """What to tell the sender: how to get paired, that they are not let in, or that what they sent
+    is over the channel's limits. None: answer it (allowed and within limits), or say nothing."""
+    if decision.verdict == Verdict.PAIR:
+        code = pairing_code
+        return (
+            f"Hi! I don't know you yet. Your pairing code is {code}: ask an admin to approve it "
+            f"(/pair approve {code}, or `clawgate pairing approve {code}`). I'll answer once you're approved."
+        )
+    if decision.verdict == Verdict.REFUSE:
+        return "Sorry, I'm not available to you here."
+    if decision.verdict != Verdict.ALLOW:
+        return None
+    if len(ev.text) > cfg.max_message_chars:
+        return (
+            f"That message is too long for me ({len(ev.text)} characters; the limit is "
+            f"{cfg.max_message_chars}). Please shorten it or split it up."
+        )
+    too_big = [a for a in ev.attachments if a.size is not None and a.size > cfg.max_attachment_bytes]
+    if too_big:
+        names = ", ".join(a.name or a.kind for a in too_big)
+        return f"I can't take files over {cfg.max_attachment_bytes // (1024 * 1024)} MiB ({names})."
+    return None
 
 
 def audience(cfg: ChatChannelConfig | None, ref: ConversationRef) -> Audience:

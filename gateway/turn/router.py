@@ -12,12 +12,12 @@ from datetime import timedelta
 from typing import Any
 
 from gateway.config.load import secret_values
-from gateway.config.model import ChatChannelConfig, Config
+from gateway.config.model import Config
+from gateway.core.channel_config import ChatChannelConfig
 from gateway.core.events import (
     ConversationKind,
     ConversationRef,
     MessageReceived,
-    OutboundMessage,
     event_from_payload,
     event_to_payload,
     utcnow,
@@ -31,9 +31,11 @@ from gateway.session.budget import FlushTarget, SessionMemory
 from gateway.session.memory_service import MemoryService
 from gateway.turn import access
 from gateway.turn.commands import chat as commands
+from gateway.turn.commands.context import AttemptLimiter, CommandContext
 from gateway.turn.context import PromptContext
 from gateway.turn.delivery import Delivery, reply_key
 from gateway.turn.engine import TurnEngine, build_messages
+from gateway.turn.outage import StorageOutage
 from gateway.turn.tools import ToolContext
 from gateway.turn.turnstile import Place, Turnstile
 from memory.store.db import StorageUnwritable
@@ -50,11 +52,6 @@ log = logging.getLogger("clawgate.router")
 MAX_ATTEMPTS = 3
 BUSY = "I'm still working through your earlier messages. Please send this one again in a moment."
 APOLOGY = "Sorry, I could not process your message because of an internal error. Please send it again."
-NOT_TAKEN = "Sorry, I can't take messages right now: {reason}. Please send yours again in a little while."
-DEFERRED = (
-    "I can't save anything right now ({reason}), so I can't answer yet. "
-    "I've kept your message and will answer it once I can."
-)
 
 
 class Router:
@@ -90,8 +87,8 @@ class Router:
         # Every conversation's (and shared session's) messages, in the order they arrived.
         self._line = Turnstile()
         self._active: Counter[str] = Counter()  # event ids this process is handling right now
-        self._told: set[str] = set()  # notices sent while the storage could not be written
-        self._limiter = commands.AttemptLimiter()
+        self.outage = StorageOutage(self._chat)
+        self._limiter = AttemptLimiter()
         self._declared = config.declared_identities()
         self._inflight: set[asyncio.Task[None]] = set()
         self._accepted: set[str] = set()  # journaled by `accept`, not yet handled
@@ -179,7 +176,7 @@ class Router:
                 if not await self.accept(ev, keep=False):
                     return
             except StorageUnwritable as exc:
-                await self._not_taken(adapter, ev, exc.reason)
+                await self.outage.not_taken(adapter, ev, exc.reason)
                 return
         if busy:
             # A chat platform cannot retry for us: tell the person instead of dropping the message.
@@ -248,7 +245,6 @@ class Router:
         cfg = self.config.channels.get(ev.ref.channel)
         if not isinstance(cfg, ChatChannelConfig):
             return True  # the web channel authenticates every request itself
-        refusal: str | None = None
         if ev.edited:
             event(log, "inbound_edit_ignored", channel=ev.ref.channel, event_id=ev.event_id)
             await self.storage.journal.finish(ev.event_id, "ignored")
@@ -265,26 +261,12 @@ class Router:
             paired=needs_pairing and await self.storage.pairing.is_approved(ev.sender.identity),
             is_command=is_command,
         )
+        code = None
         if decision.verdict == access.Verdict.PAIR:
             code = await self.storage.pairing.request(ev.sender.identity, ev.ref.channel, ev.sender.display_name)
-            refusal = (
-                f"Hi! I don't know you yet. Your pairing code is {code}: ask an admin to approve it "
-                f"(/pair approve {code}, or `clawgate pairing approve {code}`). I'll answer once you're approved."
-            )
-        elif decision.verdict == access.Verdict.REFUSE:
-            refusal = "Sorry, I'm not available to you here."
-        elif decision.verdict == access.Verdict.ALLOW:
-            too_big = [a for a in ev.attachments if a.size is not None and a.size > cfg.max_attachment_bytes]
-            if len(ev.text) > cfg.max_message_chars:
-                refusal = (
-                    f"That message is too long for me ({len(ev.text)} characters; the limit is "
-                    f"{cfg.max_message_chars}). Please shorten it or split it up."
-                )
-            elif too_big:
-                names = ", ".join(a.name or a.kind for a in too_big)
-                refusal = f"I can't take files over {cfg.max_attachment_bytes // (1024 * 1024)} MiB ({names})."
-            else:
-                return True
+        refusal = access.refusal(decision, cfg, ev, code)
+        if decision.verdict == access.Verdict.ALLOW and refusal is None:
+            return True
         self.metrics.rejected.labels(ev.ref.channel, decision.reason if refusal is None else "refused").inc()
         event(
             log,
@@ -368,7 +350,7 @@ class Router:
         async with self.session_slot(key) if key != ev.ref.session_key else nullcontext():
             try:
                 if parsed is not None:
-                    ctx = commands.CommandContext(
+                    ctx = CommandContext(
                         ev,
                         user,
                         key,
@@ -386,7 +368,7 @@ class Router:
                     outcome = await self._turn(ev, adapter, user, key)
             except StorageUnwritable as exc:
                 outcome = "deferred"
-                unavailable = await self._defer(adapter, ev, exc.reason)
+                unavailable = await self.outage.defer(adapter, ev, exc.reason)
             except Exception as exc:
                 # A bug or a storage failure: tell the person, and do not retry this event forever.
                 outcome = "error"
@@ -414,39 +396,6 @@ class Router:
         )
         if unavailable is not None:
             raise unavailable
-
-    async def _not_taken(self, adapter: Adapter, ev: MessageReceived, reason: str) -> None:
-        """`ev` could not be journaled (the storage cannot be written), so it is not kept: an HTTP
-        caller gets Unavailable (a 503, and retries); a person on a chat platform is told to send
-        it again, since the platform will not."""
-        event(log, "inbound_not_journaled", logging.ERROR, channel=ev.ref.channel, event_id=ev.event_id, reason=reason)
-        if not self._chat(ev.ref.channel):
-            raise Unavailable(f"the gateway cannot save messages right now: {reason}")
-        await self._tell(adapter, ev, NOT_TAKEN.format(reason=reason), "not-taken")
-
-    async def _defer(self, adapter: Adapter, ev: MessageReceived, reason: str) -> Unavailable | None:
-        """`ev` is journaled but its turn could not be kept (the storage cannot be written): it stays
-        unfinished in the journal and is answered once writes work again (`resume_unfinished`). What
-        the HTTP caller is to get, or None once a chat person was told."""
-        event(log, "turn_deferred", logging.ERROR, channel=ev.ref.channel, event_id=ev.event_id, reason=reason)
-        if not self._chat(ev.ref.channel):
-            return Unavailable(f"the gateway cannot save messages right now: {reason}; your message is kept")
-        await self._tell(adapter, ev, DEFERRED.format(reason=reason), "deferred")
-        return None
-
-    async def _tell(self, adapter: Adapter, ev: MessageReceived, text: str, why: str) -> None:
-        """A notice sent once (per event and process) without an outbound record, nothing being
-        writable now: a restart could only repeat this notice, never a reply."""
-        key = f"{ev.event_id}:{why}"
-        if key in self._told:
-            return
-        if len(self._told) > 10_000:  # a long outage: forget the oldest ones' notices
-            self._told.clear()
-        self._told.add(key)
-        try:
-            await adapter.send(OutboundMessage(ev.ref, text, key, ev.event_id))
-        except Exception as exc:  # the notice is a courtesy: the event's fate does not depend on it
-            event(log, "notice_failed", logging.WARNING, channel=ev.ref.channel, why=why, error=type(exc).__name__)
 
     async def _answer(
         self, adapter: Adapter, ev: MessageReceived, text: str, status: str = "done", key: str | None = None

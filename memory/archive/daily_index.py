@@ -9,7 +9,7 @@ was never altered (see daily.safe_component). A file is re-indexed only when it 
 
 Search: on SQLite the FTS5 indexes `daily_chunks_fts` (porter, bm25) and `daily_chunks_cjk`
 (trigrams); on PostgreSQL the stored tsvector `words` (migration 0012, ts_rank) and LIKE for CJK,
-as memory.archive.store searches the archive; elsewhere a LIKE scan.
+as memory.archive.search searches the archive; elsewhere a LIKE scan.
 """
 
 from __future__ import annotations
@@ -26,20 +26,16 @@ from sqlalchemy import ColumnElement, Select, bindparam, case, delete, func, ins
 from sqlalchemy.engine import Connection
 
 from memory.archive.daily import DailyFiles
-from memory.archive.store import (
+from memory.archive.fulltext import (
     CjkQuery,
     fts_expression,
     informative_terms,
     merge_hits,
-    pg_cjk_text,
-    pg_like_score,
-    pg_needles,
-    pg_tsquery,
-    pg_words_for,
     porter_and_trigram,
     query_terms,
     split_cjk,
 )
+from memory.archive.fulltext_pg import pg_cjk_text, pg_like_score, pg_needles, pg_tsquery, pg_words_for
 from memory.store.db import Database
 from memory.store.schema import daily_chunks
 from memory.tokens import estimate_tokens
@@ -160,7 +156,8 @@ _WORDS: ColumnElement[Any] = literal_column("daily_chunks.words")  # PostgreSQL 
 
 def _search_pg(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
     """PostgreSQL: the stored words ranked by ts_rank, and CJK by LIKE over the chunks with CJK
-    letters, scored as memory.archive.store.search_pg scores the archive (and records.search_pg records)."""
+    letters, scored as memory.archive.search.search_pg scores the archive (and
+    memory.records.search.search_pg records)."""
     words, runs = split_cjk(terms)
     found: list[list[tuple[ChunkHit, float]]] = []
     if words:
@@ -190,7 +187,7 @@ _PG_MATCHING = _pg_matching()  # built once: recall runs it every turn
 
 def _search_fts(conn: Connection, terms: Sequence[str], scopes: Sequence[str], limit: int) -> list[ChunkHit]:
     """The porter index ranked by bm25, and the CJK trigram one when the query holds CJK
-    (memory.archive.store.porter_and_trigram)."""
+    (memory.archive.fulltext.porter_and_trigram)."""
 
     def porter(words: Sequence[str]) -> list[tuple[ChunkHit, float]]:
         q = fts_expression(informative_terms(conn, "daily_chunks_fts", words))

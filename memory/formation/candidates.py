@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memory.formation.admission import Admission, Conversation, Line, flat, text_problem
+from memory.records.fields import NewRecord
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, ScopeKind, UsePolicy
-from memory.records.store import NewRecord
 from memory.trust import grounding, writeback
 
 AUTHOR = "system:formation"  # the actor every formed record is written by

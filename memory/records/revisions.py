@@ -7,7 +7,7 @@ was before the batch (each field a change can touch; the revision counter and `u
 since the undo is a revision too), and the undo revisions share a batch id of their own.
 
 Undo only ever reverts a record's newest change not already undone (what RecordStore.undo would
-revert next, so the two kinds of undo keep pairing with changes like brackets: records.undo_target).
+revert next, so the two kinds of undo keep pairing with changes like brackets: store.undo_target).
 It can never silently throw a later change away: a batch whose records changed since, or a lone
 revision that is not its record's newest change, is refused with an error naming the newer revision
 to undo first. An "undo" revision is not undone again (undo is not redo).
@@ -26,17 +26,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from memory.records.fields import apply_changes, coerce_changes
 from memory.records.model import MemoryRecord
+from memory.records.rows import Revision, revision_of
 from memory.records.store import (
     ACTIONS,
     RecordError,
-    Revision,
-    apply_changes,
-    coerce_changes,
     commit_change,
     current_for_change,
     revert,
-    revision_of,
     undo_target,
 )
 from memory.store.db import Database
@@ -58,7 +56,7 @@ class NotUndoable(RecordError):
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One record's part of a batch: EDITABLE fields (see records.coerce_changes), checked against
+    """One record's part of a batch: EDITABLE fields (see fields.coerce_changes), checked against
     the revision the caller read."""
 
     record_id: str

@@ -1,6 +1,7 @@
-"""Tool presets (issue 7): saved, known-good arguments for a tool, with a note, that an administrator
-approved. When a call of that tool fails, the error the model gets back offers the approved presets
-of that tool (gateway/turn/tools.py), so it can retry with something that works instead of guessing.
+"""Tool presets (README, "Tool-failure hints and tool presets"): saved, known-good arguments for a
+tool, with a note, that an administrator approved. When a call of that tool fails, the error the
+model gets back offers the approved presets of that tool (gateway/turn/tools.py), so it can retry
+with something that works instead of guessing.
 
 A preset comes from a person, never from a failure: nothing a failing call said is stored. An
 administrator's preset (chat or CLI) is approved at once; anyone else's is a proposal that is never

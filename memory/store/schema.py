@@ -123,19 +123,27 @@ sessions = Table(
     Index("ix_sessions_key_active", "key", "ended_at"),
 )
 
+
+def _message_columns(autoincrement: bool) -> list[Column[Any]]:
+    """The columns a message has wherever it is kept: in its session, or in the archive."""
+    return [
+        Column("id", Integer, primary_key=True, autoincrement=autoincrement),
+        Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
+        Column("role", String(16), nullable=False),
+        Column("content", Text, nullable=False),
+        Column("tool_calls", JSON),
+        Column("tool_call_id", String(128)),
+        Column("author", String(255)),
+        Column("event_id", String(255)),
+        Column("tokens", Integer, nullable=False, default=0),
+        Column("created_at", UTCDateTime, nullable=False),
+    ]
+
+
 messages = Table(
     "messages",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
-    Column("role", String(16), nullable=False),
-    Column("content", Text, nullable=False),
-    Column("tool_calls", JSON),
-    Column("tool_call_id", String(128)),
-    Column("author", String(255)),
-    Column("event_id", String(255)),
-    Column("tokens", Integer, nullable=False, default=0),
-    Column("created_at", UTCDateTime, nullable=False),
+    *_message_columns(autoincrement=True),
     Index("ix_messages_session_id_id", "session_id", "id"),
     Index("ix_messages_event_id_role", "event_id", "role"),
     # Ids are never reused (SQLite would reuse them after the newest rows move to the archive): an
@@ -144,21 +152,12 @@ messages = Table(
 )
 
 # Messages pruned from a session's active context, kept in full and searchable (DESIGN §4). Same ids
-# as they had in `messages`. On SQLite FTS5 indexes follow this table: archived_messages_fts (porter)
-# and archived_messages_cjk (trigrams, only the texts with CJK in them).
+# as they had in `messages` (so the id is not generated here). On SQLite FTS5 indexes follow this
+# table: archived_messages_fts (porter) and archived_messages_cjk (trigrams, only the texts with CJK).
 archived_messages = Table(
     "archived_messages",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
-    Column("role", String(16), nullable=False),
-    Column("content", Text, nullable=False),
-    Column("tool_calls", JSON),
-    Column("tool_call_id", String(128)),
-    Column("author", String(255)),
-    Column("event_id", String(255)),
-    Column("tokens", Integer, nullable=False, default=0),
-    Column("created_at", UTCDateTime, nullable=False),
+    *_message_columns(autoincrement=False),
     Column("archived_at", UTCDateTime, nullable=False),
     Column("reason", String(16), nullable=False),  # summarized | trimmed | flushed | reset
     Index("ix_archived_messages_session_id_id", "session_id", "id"),
@@ -371,7 +370,7 @@ recall_traces = Table(
     Index("ix_recall_traces_user_id", "user_id", "id"),
 )
 
-# Saved queries and tool presets admins approved (issue 7: tool-failure hints).
+# Saved queries and tool presets admins approved (README, "Tool-failure hints and tool presets").
 tool_presets = Table(
     "tool_presets",
     metadata,
@@ -386,7 +385,7 @@ tool_presets = Table(
     Index("ix_tool_presets_tool", "tool"),
 )
 
-# Web console sign-ins (issue 8). The cookie holds a random id; only its digest is stored. The
+# Web console sign-ins (README, "Web console"). The cookie holds a random id; only its digest is stored. The
 # digest of the token used to sign in is kept so that removing the token from config ends the session.
 console_sessions = Table(
     "console_sessions",

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from memory.archive.store import CJK_CHARS
+from memory.archive.fulltext import CJK_CHARS
 
 # A person's own DM lines may be paraphrased into a statement about them ("I moved to Lisbon" →
 # "Lives in Lisbon"): half of the statement's content words must come from the lines.

@@ -17,8 +17,8 @@ import pytest
 import channels
 from channels.discord import endpoints
 from channels.discord.adapter import DiscordAdapter
+from channels.discord.config import DiscordChannelConfig
 from channels.discord.errors import DiscordStartError
-from gateway.config.model import DiscordChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.ports import ChannelServices, DeliveryError, SessionBusy
 from tests.fakes.discord import (

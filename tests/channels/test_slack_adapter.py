@@ -15,8 +15,8 @@ from aiohttp import web
 
 import channels
 from channels.slack.adapter import SlackAdapter
+from channels.slack.config import SlackChannelConfig
 from channels.slack.errors import SlackStartError
-from gateway.config.model import SlackChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.ports import ChannelServices, DeliveryError
 from tests.fakes.serve import serve_loopback

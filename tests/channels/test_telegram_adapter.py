@@ -14,8 +14,8 @@ from telegram.error import TelegramError
 
 import channels
 from channels.telegram.adapter import TelegramAdapter
+from channels.telegram.config import TelegramChannelConfig
 from channels.telegram.errors import TelegramStartError
-from gateway.config.model import TelegramChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.ports import DeliveryError, SessionBusy
 from gateway.core.splitting import utf16_len

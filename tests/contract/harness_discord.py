@@ -9,7 +9,7 @@ import aiohttp.web
 from pydantic import SecretStr
 
 import channels
-from gateway.config.model import DiscordChannelConfig
+from channels.discord.config import DiscordChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
 from gateway.core.ports import Adapter, ChannelServices
 from tests.contract.harness import Sent, Where

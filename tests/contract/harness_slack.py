@@ -15,7 +15,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 import channels
-from gateway.config.model import SlackChannelConfig
+from channels.slack.config import SlackChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
 from gateway.core.ports import Adapter, ChannelServices
 from tests.contract.harness import Sent, Where

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 import channels
-from gateway.config.model import TelegramChannelConfig
+from channels.telegram.config import TelegramChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
 from gateway.core.ports import Adapter, ChannelServices, HistoryItem
 from tests.contract.harness import Sent, Where

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 import channels
-from gateway.config.model import WebChannelConfig
+from channels.web.config import WebChannelConfig
 from gateway.core.events import ConversationKind, ConversationRef, MessageReceived
 from gateway.core.ports import Adapter, ChannelServices, HistoryItem
 from tests.contract.harness import Sent, Where

@@ -1,4 +1,4 @@
-"""The web console in a real browser (issue 8): headless Debian Chromium, driven by Playwright, against
+"""The web console in a real browser (README, "Web console"): headless Debian Chromium, driven by Playwright, against
 a running gateway and the fake model.
 
 One browser for the module, one test in clear steps (each person has their own browser context):

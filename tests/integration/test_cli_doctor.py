@@ -25,7 +25,8 @@ from sqlalchemy import insert, text
 from sqlalchemy.engine import Connection
 
 from gateway.doctor import checks as doctor
-from gateway.doctor.checks import Context
+from gateway.doctor import report
+from gateway.doctor.context import Context, Result
 from gateway.web.server import HostPolicy, add_ops_routes, build_app
 from tests.cli import REPO, run_cli
 from tests.fakes.discord import FakeDiscord
@@ -107,8 +108,8 @@ def _row(table: str, name: str) -> str:
 async def _fill(tmp_path: Path) -> list[str]:
     """A database at the newest schema: 4 memories of Alice (and a trace, never searchable), one
     archived message and two daily chunks. The ids of the memories."""
+    from memory.records.fields import NewRecord
     from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-    from memory.records.store import NewRecord
     from memory.store.schema import archived_messages, daily_chunks, sessions
     from memory.store.storage import Storage
 
@@ -481,8 +482,8 @@ async def test_a_healthy_deployment_passes_every_channel_and_model_check(tmp_pat
         },
     )
     results = await doctor.run_checks(Context(config))
-    out, table = doctor.render_json(results, config), doctor.render_table(results)
-    assert not doctor.failed(results), table
+    out, table = report.render_json(results, config), report.render_table(results)
+    assert not report.failed(results), table
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     network = {name: c for name, c in checks.items() if name.startswith(("channel ", "model "))}
     assert list(network) == [
@@ -631,7 +632,7 @@ async def test_models_that_refuse_the_key_are_unknown_hang_or_are_down(
     assert missing.hint is not None and missing.hint.startswith("check ai.fallback[1]:")
     slow = models["model openai/slow"]
     assert slow.detail == f"no answer from {llm.api_base} within 1 s" and slow.data["kind"] == "timeout"
-    assert LLM_KEY not in doctor.render_table(results) + doctor.render_json(results, config)
+    assert LLM_KEY not in report.render_table(results) + report.render_json(results, config)
 
     # A server that is down, and a provider whose key is nowhere: told apart, the key named.
     monkeypatch.setenv("OPENAI_API_KEY", LLM_KEY)
@@ -654,7 +655,7 @@ async def test_telegram_webhook_trouble_is_a_warning_with_what_telegram_says(
     telegram = {"token": tg.token, "api_base_url": tg.api_base_url, "mode": "webhook", "webhook_secret": "s" * 16}
     config = _write(tmp_path, {"web": {"port": 0}, "telegram": telegram | {"webhook_url": HOOK}})
 
-    async def check() -> doctor.Result:
+    async def check() -> Result:
         return next(r for r in await doctor.run_checks(Context(config)) if r.name == "channel telegram")
 
     tg.webhook_url = "https://old.example.com/telegram/telegram"  # another deployment took it over

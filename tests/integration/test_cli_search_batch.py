@@ -37,8 +37,8 @@ def _config(tmp_path: Path, search: dict[str, Any] | None = None, recall: dict[s
 
 async def _fill(tmp_path: Path) -> dict[str, str]:
     """Alice's and Bob's personal memories and a global one; content → id."""
+    from memory.records.fields import NewRecord
     from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-    from memory.records.store import NewRecord
     from memory.store.storage import Storage
 
     item: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Consolidation into Memory.md and the daily merge, end to end (issue 7): a scripted fake model behind
+"""Consolidation into Memory.md and the daily merge, end to end (DESIGN §8): a scripted fake model behind
 real LiteLLM, the real database, files, job queue and CLI. A dry run changes nothing and lists exactly
 what the real run then moves (records forgotten, files archived, Memory.md appended, nothing else); a
 rewrite that drops more than a quarter of a Memory.md is refused with nothing changed; a run cut off
@@ -29,7 +29,8 @@ from memory.archive.daily_index import DailyIndex, write_owner_marker
 from memory.consolidation.rules import INSTRUCTIONS, marker
 from memory.records.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, UsePolicy
 from memory.records.revisions import RevisionLog
-from memory.records.store import RecordStore, snapshot
+from memory.records.rows import snapshot
+from memory.records.store import RecordStore
 from memory.store.jobs import DONE
 from memory.store.schema import daily_chunks, memory_records
 from memory.store.storage import Storage

@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from gateway.cli import main as cli
-from gateway.cli.migrate_storage import Checksum, MigrateError, migrate
+from gateway.cli.migrate_ends import MigrateError
+from gateway.cli.migrate_storage import Checksum, migrate
 from memory.archive.daily import DailyFiles
 from memory.archive.daily_index import DailyIndex
 from memory.embed.vectors import VectorStore, text_hash

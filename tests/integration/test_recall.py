@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from memory.embed.vectors import DatabaseIndex, VectorIndex
+from memory.embed.index import DatabaseIndex, VectorIndex
 from tests.conftest import BOB_TOKEN, say
 from tests.fakes.llm import FakeLLM
 from tests.postgres import BACKENDS, fresh_database_url
@@ -120,8 +120,8 @@ async def test_a_record_held_back_from_automatic_injection_is_not_recalled_into_
 ) -> None:
     """A disputed record (do_not_inject_automatically) and one usable neither as instruction nor as
     evidence stay out of the prompt; an explicit search still finds them."""
+    from memory.records.fields import NewRecord
     from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-    from memory.records.store import NewRecord
 
     assert gateway.storage is not None
 

@@ -15,9 +15,9 @@ import pytest
 
 import gateway.app
 from gateway.app import Gateway
-from memory.embed.vectors import VectorIndex
+from memory.embed.index import VectorIndex
+from memory.records.fields import NewRecord
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-from memory.records.store import NewRecord
 from memory.trust.policy import Actor, Where
 from tests.conftest import BOB_TOKEN
 from tests.fakes.embedder import ConceptEmbedder
@@ -135,9 +135,9 @@ async def test_archived_neighbours_are_found_through_the_thread(
     ids = {h.content: h.id for h in archived}
     question = ids["Did you finally go to the Blue Note club?"]
     answer = ids["Yes, last Sunday, with Marta."]
-    from gateway.recall.engine import _Legs
+    from gateway.recall.legs import Legs
 
-    legs = _Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key), {})
+    legs = Legs(gw.recall, Actor("alice", frozenset({"user"})), Where("personal", key), {})
     near = await legs.neighbours([("archive", str(question))], 1)
     q, a = ("archive", str(question)), ("archive", str(answer))
     assert near == {q: [a], a: [q]}  # both ways, and nothing of the next session

@@ -18,8 +18,8 @@ from gateway.core.events import utcnow
 from gateway.recall.prompt import FOLLOW, WEIGH
 from gateway.turn.context import CLOSE, OPEN
 from memory.recall import WEAK_EVIDENCE
+from memory.records.fields import NewRecord
 from memory.records.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, UsePolicy
-from memory.records.store import NewRecord
 from memory.store.traces import INJECTED
 from memory.trust import policy
 from tests.conftest import ALICE_TOKEN, ROOT_TOKEN, say

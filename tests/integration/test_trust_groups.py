@@ -15,8 +15,8 @@ from gateway.app import Gateway
 from gateway.recall.prompt import FOLLOW, NOTES, WEIGH
 from gateway.turn.context import CLOSE, OPEN
 from memory.recall import SCREENED
+from memory.records.fields import NewRecord
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, UsePolicy
-from memory.records.store import NewRecord
 from memory.store.sessions import Message
 from memory.trust import policy
 from tests.fakes.llm import FakeLLM

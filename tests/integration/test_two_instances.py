@@ -1,5 +1,5 @@
 """Two gateway processes on one PostgreSQL, behind a "load balancer" that splits Telegram webhooks
-and Slack events between them (DESIGN §9, issue 9).
+and Slack events between them (DESIGN §9).
 
 500 messages in 50 sessions (25 Telegram chats, 25 Slack DMs, 10 messages each) go to either
 instance at random, some delivered twice (to both). Halfway through, instance B is killed while

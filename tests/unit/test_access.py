@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.model import TelegramChannelConfig
+from channels.telegram.config import TelegramChannelConfig
 from gateway.core.events import Actor, ConversationKind, ConversationRef, MessageReceived
 from gateway.turn.access import Verdict, audience, decide
 from memory.store.links import LinkError

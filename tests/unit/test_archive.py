@@ -15,25 +15,22 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, insert
 from sqlalchemy.engine import Connection
 
-import memory.archive.store
+import memory.archive.fulltext
+import memory.archive.fulltext_pg
 from gateway.core.events import utcnow
-from memory.archive.store import (
+from memory.archive.fulltext import (
     CJK_CHARS,
     ELLIPSIS,
-    MAX_LIMIT,
     SNIPPET_CHARS,
-    ArchiveStore,
-    PgWords,
     fts_expression,
     informative_terms,
     make_snippet,
-    pg_words_for,
     query_terms,
-    search_in,
-    search_like,
     split_cjk,
-    threads_in,
 )
+from memory.archive.fulltext_pg import PgWords, pg_words_for
+from memory.archive.search import search_in, search_like
+from memory.archive.store import MAX_LIMIT, ArchiveStore, threads_in
 from memory.store.schema import archived_messages, sessions
 from memory.store.storage import Storage
 from tests.postgres import BACKENDS, database_url, fresh_database_url
@@ -536,7 +533,7 @@ async def test_sqlite_leaves_out_common_words_once_a_table_is_large(tmp_path: Pa
             "lighthouse",
         ]
         await archive.add(sid, "benchmark message 999")
-        memory.archive.store._COUNTS.clear()  # counts are kept a minute
+        memory.archive.fulltext._COUNTS.clear()  # counts are kept a minute
         assert await storage.db.read(informative, ["benchmark", "message", "lighthouse"]) == ["lighthouse"]
         assert await storage.db.read(informative, ["benchmark", "message"]) == ["benchmark"]  # the rarest stays
         assert await archive.ids("lighthouse message", user_id="alice") == [1]
@@ -569,10 +566,10 @@ async def test_postgresql_leaves_out_common_words_and_matches_the_rarest(monkeyp
         assert await asked(["her", "zeppelin"]) == PgWords("zeppelin", "zeppelin")  # a stop word there
         assert await asked(["weather"]) == PgWords("weather", "weather")  # one word: nothing to choose
         # Only the rarest words match, as many as the budget of rows allows; all rank.
-        monkeypatch.setattr(memory.archive.store, "PG_MATCH_BUDGET", 10)
+        monkeypatch.setattr(memory.archive.fulltext_pg, "PG_MATCH_BUDGET", 10)
         assert await asked(["kites", "zeppelin"]) == PgWords("zeppelin", "zeppelin | kites")
         assert await archive.ids("zeppelin kites weather", user_id="alice") == [zeppelin]
-        monkeypatch.setattr(memory.archive.store, "PG_MATCH_BUDGET", 5_000)
+        monkeypatch.setattr(memory.archive.fulltext_pg, "PG_MATCH_BUDGET", 5_000)
         found = await archive.ids("zeppelin kites weather", user_id="alice", limit=50)
         assert set(found) == {zeppelin, *kites}
     finally:

@@ -21,7 +21,7 @@ if str(BENCH) not in sys.path:
 import bulk_memories  # noqa: E402
 from recall_scale import DATA, World, add_records, load_locomo, memory_texts  # noqa: E402
 
-from memory.embed.vectors import hnsw_index_name  # noqa: E402
+from memory.embed.pgvector import hnsw_index_name  # noqa: E402
 from memory.store.schema import memory_vectors  # noqa: E402
 from memory.store.storage import Storage  # noqa: E402
 from tests.postgres import BACKENDS, database_url  # noqa: E402

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from gateway.web.auth import TokenAuth
 from gateway.web.console.service import Viewer, revision_json, word_diff
-from memory.records.store import Revision
+from memory.records.rows import Revision
 from memory.store.console_sessions import ConsoleSessionStore, digest
 from memory.store.schema import console_sessions
 from memory.store.storage import Storage

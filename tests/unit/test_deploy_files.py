@@ -24,8 +24,10 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from kubernetes_validate import utils as k8s  # type: ignore[import-untyped]
 
+from channels.discord.config import DiscordChannelConfig
+from channels.web.config import WebChannelConfig
 from gateway.config.load import ConfigError, parse_config
-from gateway.config.model import Config, DiscordChannelConfig, WebChannelConfig
+from gateway.config.model import Config
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from gateway.doctor import checks as doctor
-from gateway.doctor.checks import Context, Result, Skipped, disk_status, human_bytes, mask_url, render_table, run_checks
+from gateway.doctor import report
+from gateway.doctor.checks import disk_status, human_bytes, mask_url, run_checks
+from gateway.doctor.context import Context, Result, Skipped
+from gateway.doctor.report import render_table
 
 MiB = 1 << 20
 
@@ -80,7 +83,7 @@ async def test_checks_run_in_order_and_a_skip_says_why(tmp_path: Path) -> None:
         ("b", "skip", "skipped: config.yaml did not load"),
         ("c", "skip", "skipped: config.yaml did not load"),  # the root cause, not "no embedder"
     ]
-    assert doctor.failed(results)
+    assert report.failed(results)
 
 
 async def test_a_broken_or_hung_check_fails_and_the_rest_still_run(
@@ -110,7 +113,7 @@ async def test_a_broken_or_hung_check_fails_and_the_rest_still_run(
     assert by_name["hung"].status == "fail" and by_name["hung"].detail == "no answer within 0.05 s"
     assert by_name["skipped"].status == "skip" and by_name["skipped"].detail == "skipped: nothing to look at"
     assert by_name["fine"].status == "ok"
-    assert doctor.summary(results) == "1 ok, 2 fail, 1 skip: something failed"
+    assert report.summary(results) == "1 ok, 2 fail, 1 skip: something failed"
 
 
 def test_the_table_is_aligned_with_hints_under_the_detail() -> None:
@@ -140,7 +143,7 @@ def test_the_table_is_aligned_with_hints_under_the_detail() -> None:
 
 def test_json_is_one_object_with_every_check() -> None:
     results = [Result("ok", "fine", name="config", data={"path": "c.yaml"}), Result("warn", "w", "h", name="disk")]
-    out = json.loads(doctor.render_json(results, Path("c.yaml")))
+    out = json.loads(report.render_json(results, Path("c.yaml")))
     assert out["ok"] is True and out["config"] == "c.yaml"
     assert out["counts"] == {"ok": 1, "info": 0, "warn": 1, "fail": 0, "skip": 0}
     assert out["checks"] == [
@@ -168,4 +171,4 @@ async def test_memory_off_and_a_local_model_that_cannot_run(tmp_path: Path) -> N
     assert by_name["embeddings"].status == "fail" and "nothing is downloaded" in by_name["embeddings"].detail
     assert by_name["embeddings"].hint == "fix memory.search.model"
     assert by_name["recall floor"].detail == "skipped: the embedding model is not usable"
-    assert doctor.failed(results)
+    assert report.failed(results)

@@ -20,9 +20,9 @@ from channels.discord.probe import shard_advice
 from channels.telegram.probe import webhook_state
 from gateway.config.load import parse_config
 from gateway.core.probe import Probe
-from gateway.doctor import checks as doctor
 from gateway.doctor.channels import probe_channel, unpublished, web_access
-from gateway.doctor.checks import Context, Group, Result, config_variables, configured_models, redact, run_checks
+from gateway.doctor.checks import config_variables, configured_models, run_checks
+from gateway.doctor.context import Check, Context, Entry, Group, Result, redact
 
 HOOK = "https://bot.example.com/telegram/tg"
 REPO = Path(__file__).resolve().parents[2]
@@ -137,19 +137,19 @@ async def test_groups_run_their_checks_at_the_same_time_and_report_them_in_order
     async def first(ctx: Context) -> Result:
         return Result("ok", "first")
 
-    def expand_a(ctx: Context) -> list[tuple[str, doctor.Check]]:
+    def expand_a(ctx: Context) -> list[tuple[str, Check]]:
         return [("a1", waiting)]
 
-    def expand_b(ctx: Context) -> list[tuple[str, doctor.Check]]:
+    def expand_b(ctx: Context) -> list[tuple[str, Check]]:
         return [("b1", waiting)]
 
-    def needs_config(ctx: Context) -> list[tuple[str, doctor.Check]]:
+    def needs_config(ctx: Context) -> list[tuple[str, Check]]:
         ctx.config()
         raise AssertionError("unreachable: there is no config")
 
     ctx = Context(tmp_path / "config.yaml")
     ctx.lack("config", "config.yaml did not load")
-    entries: list[doctor.Entry] = [("first", first), Group("a", expand_a), Group("b", expand_b)]
+    entries: list[Entry] = [("first", first), Group("a", expand_a), Group("b", expand_b)]
     results = await run_checks(ctx, [*entries, Group("c", needs_config)])
     assert [(r.name, r.status, r.detail) for r in results] == [
         ("first", "ok", "first"),

@@ -269,8 +269,8 @@ async def _fill_for_backfill(tmp_path: Path) -> list[str]:
     from sqlalchemy import insert
     from sqlalchemy.engine import Connection
 
+    from memory.records.fields import NewRecord
     from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-    from memory.records.store import NewRecord
     from memory.store.schema import archived_messages, daily_chunks, sessions
     from memory.store.storage import Storage
 

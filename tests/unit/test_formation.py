@@ -39,8 +39,8 @@ from memory.formation.candidates import (
     statement,
     to_record,
 )
+from memory.records.fields import build
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope
-from memory.records.store import build
 from memory.store.identities import clean_name
 
 DM = Conversation("telegram:dm:1", "personal", "alice")

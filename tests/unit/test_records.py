@@ -24,8 +24,11 @@ from sqlalchemy import func, insert, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, SAWarning
 
-import memory.records.store
-from memory.archive.store import CJK_CHARS, query_terms
+import memory.records.fields
+import memory.records.rows
+import memory.records.search
+from memory.archive.fulltext import CJK_CHARS, query_terms
+from memory.records.fields import NewRecord
 from memory.records.model import (
     MemoryClass,
     MemoryRecord,
@@ -36,16 +39,15 @@ from memory.records.model import (
     ScopeKind,
     UsePolicy,
 )
+from memory.records.search import search_like
 from memory.records.store import (
     MAX_SEARCH,
     UNDO_WINDOW,
-    NewRecord,
     NothingToUndo,
     RecordError,
     RecordNotFound,
     RecordStore,
     StaleRevision,
-    search_like,
     undo_target,
 )
 from memory.store.db import MIGRATIONS, Database
@@ -204,7 +206,7 @@ async def test_create_and_get_keep_every_field(records: Records) -> None:
         T0,
         None,
     )
-    assert memory.records.store.from_snapshot(create.after) == made
+    assert memory.records.rows.from_snapshot(create.after) == made
 
 
 async def test_ids_are_opaque_and_unique(records: Records) -> None:
@@ -323,8 +325,8 @@ async def test_update_writes_a_revision_with_before_and_after(records: Records) 
     _, change = await records.store.revisions(record.id)
     assert (change.revision, change.action, change.actor, change.at, change.note) == (2, "edit", "alice", later, "typo")
     assert change.before is not None
-    assert memory.records.store.from_snapshot(change.before) == record
-    assert memory.records.store.from_snapshot(change.after) == edited
+    assert memory.records.rows.from_snapshot(change.before) == record
+    assert memory.records.rows.from_snapshot(change.after) == edited
 
 
 async def test_update_refuses_what_it_cannot_do(records: Records) -> None:
@@ -373,7 +375,7 @@ async def test_undo_restores_and_is_itself_a_revision(records: Records) -> None:
     assert (undone.revision, undone.updated_at) == (3, T0 + timedelta(hours=2))
     last = (await records.store.revisions(record.id))[-1]
     assert (last.action, last.actor, last.note) == ("undo", "alice", "undo of revision 2")
-    assert last.before is not None and memory.records.store.from_snapshot(last.before) == edited
+    assert last.before is not None and memory.records.rows.from_snapshot(last.before) == edited
     assert await records.found("tuesday") == []
     assert await records.found("monday") == [record.id]
 
@@ -490,8 +492,8 @@ async def test_a_large_store_ranks_first_and_still_finds_a_sparse_owners_memory(
     mine = await records.add("a note that mentions the lighthouse once, among many other words here")
     full = {q: await records.found(q, [ALICE, BOB], limit=10) for q in ("lighthouse", "keeper log 7")}
     alone = await records.found("lighthouse")
-    monkeypatch.setattr(memory.records.store, "RANKED_FIRST", 20)
-    monkeypatch.setattr(memory.records.store, "RANK_FIRST_FROM", 0)
+    monkeypatch.setattr(memory.records.search, "RANKED_FIRST", 20)
+    monkeypatch.setattr(memory.records.search, "RANK_FIRST_FROM", 0)
     assert await records.found("lighthouse") == alone == [mine.id]  # beyond the first 20: fell back
     for q, expected in full.items():
         assert await records.found(q, [ALICE, BOB], limit=10) == expected  # ranked first: the same
@@ -627,7 +629,7 @@ async def test_import_batch_is_all_or_nothing(records: Records, monkeypatch: pyt
     existing = await records.add("already here")
     before = await _counts(records)
     fresh = iter(["mem-aaaaaaaaaaaaaaaa", "mem-bbbbbbbbbbbbbbbb", existing.id, "mem-cccccccccccccccc"])
-    monkeypatch.setattr(memory.records.store, "new_id", lambda: next(fresh))
+    monkeypatch.setattr(memory.records.fields, "new_id", lambda: next(fresh))
     with pytest.raises(IntegrityError):  # the third id is taken: the database refuses mid-batch
         await records.store.import_batch([_item(f"new {i}") for i in range(4)])
     assert await _counts(records) == before

@@ -24,7 +24,8 @@ from memory.records.model import (
     UsePolicy,
 )
 from memory.records.revisions import Change, NotUndoable, RevisionLog, RevisionNotFound
-from memory.records.store import RecordNotFound, RecordStore, StaleRevision, snapshot
+from memory.records.rows import snapshot
+from memory.records.store import RecordNotFound, RecordStore, StaleRevision
 from memory.store.storage import Storage
 from tests.postgres import BACKENDS, database_url
 

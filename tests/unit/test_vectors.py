@@ -19,18 +19,14 @@ from sqlalchemy import event, insert, update
 from sqlalchemy import text as sql_text
 from sqlalchemy.engine import Connection
 
+import memory.embed.pgvector
 import memory.embed.vectors
-from memory.embed.vectors import (
-    INDEX_BUILD_MEMORY_MAX,
-    Reach,
-    VectorIndex,
-    VectorStore,
-    _lazy_is_cheaper,
-    build_memory,
-    text_hash,
-)
+from memory.embed.index import VectorIndex, _lazy_is_cheaper
+from memory.embed.pgvector import INDEX_BUILD_MEMORY_MAX, Reach, build_memory
+from memory.embed.vectors import VectorStore, text_hash
+from memory.records.fields import NewRecord
 from memory.records.model import MemoryClass, Provenance, ReviewStatus, Scope, UsePolicy
-from memory.records.store import NewRecord, RecordStore
+from memory.records.store import RecordStore
 from memory.store.db import Database
 from memory.store.schema import archived_messages, daily_chunks, memory_vectors, sessions
 from memory.store.storage import Storage
@@ -601,14 +597,15 @@ async def test_each_model_and_kind_gets_an_index_of_its_dimension(pg: Items) -> 
     await pg.vectors.upsert("daily", [("1", text_hash("- watered the basil"), small)], MODEL)
     indexes = await _hnsw_indexes(pg)
     assert set(indexes) == {
-        memory.embed.vectors.hnsw_index_name(MODEL, "record", 8),
-        memory.embed.vectors.hnsw_index_name(MODEL, "daily", 8),
-        memory.embed.vectors.hnsw_index_name(OTHER, "record", 2001),
+        memory.embed.pgvector.hnsw_index_name(MODEL, "record", 8),
+        memory.embed.pgvector.hnsw_index_name(MODEL, "daily", 8),
+        memory.embed.pgvector.hnsw_index_name(OTHER, "record", 2001),
     }  # 4,001 dimensions are beyond pgvector's index: searched exactly
     assert (
-        "(embedding)::vector(8)) vector_cosine_ops" in indexes[memory.embed.vectors.hnsw_index_name(MODEL, "record", 8)]
+        "(embedding)::vector(8)) vector_cosine_ops"
+        in indexes[memory.embed.pgvector.hnsw_index_name(MODEL, "record", 8)]
     )
-    assert "halfvec(2001)) halfvec_cosine_ops" in indexes[memory.embed.vectors.hnsw_index_name(OTHER, "record", 2001)]
+    assert "halfvec(2001)) halfvec_cosine_ops" in indexes[memory.embed.pgvector.hnsw_index_name(OTHER, "record", 2001)]
     reach = Reach(record_scopes=("personal:alice",), daily_scopes=("personal:alice",))
     for model, vec in ((MODEL, small), (OTHER, half), ("test/huge", huge)):
         [(kind, item, cosine), *rest] = await pg.vectors.nearest(model, vec, 5, reach)
@@ -635,7 +632,7 @@ async def test_a_copy_gets_its_indexes_when_the_model_is_opened(pg: Items) -> No
     await pg.run(insert(memory_vectors).values(rows))
     assert await _hnsw_indexes(pg) == {}
     assert await pg.vectors.prepare(MODEL) == 1
-    assert set(await _hnsw_indexes(pg)) == {memory.embed.vectors.hnsw_index_name(MODEL, "record", 6)}
+    assert set(await _hnsw_indexes(pg)) == {memory.embed.pgvector.hnsw_index_name(MODEL, "record", 6)}
     assert await pg.vectors.prepare(MODEL) == 0
     found = await pg.vectors.nearest(MODEL, _vec(2, 6), 1, Reach(record_scopes=("personal:alice",)))
     assert found[0][:2] == ("record", ids[2])
@@ -794,16 +791,16 @@ async def test_hnsw_serves_the_search_and_a_sparse_asker_still_gets_all_theirs(p
         def explain(*args: Any) -> tuple[str, Any]:
             return "EXPLAIN " + args[2], args[3]
 
-        stmt = memory.embed.vectors._nearest_statement(MODEL, dim, memory.embed.vectors._shape(alice), "vector")
-        q = memory.embed.vectors._pg_text(vecs[0])
-        params = {"q": q, "now": WHEN, "limit": 20, **memory.embed.vectors._reach_params(alice)}
+        stmt = memory.embed.pgvector._nearest_statement(MODEL, dim, memory.embed.pgvector._shape(alice), "vector")
+        q = memory.embed.pgvector._pg_text(vecs[0])
+        params = {"q": q, "now": WHEN, "limit": 20, **memory.embed.pgvector._reach_params(alice)}
         event.listen(conn, "before_cursor_execute", explain, retval=True)
         try:
             return "\n".join(str(r[0]) for r in conn.execute(stmt, params))
         finally:
             event.remove(conn, "before_cursor_execute", explain)
 
-    assert memory.embed.vectors.hnsw_index_name(MODEL, "record", dim) in await pg.db.read(plan)
+    assert memory.embed.pgvector.hnsw_index_name(MODEL, "record", dim) in await pg.db.read(plan)
 
 
 def _to_revision(revision: str) -> Callable[[Connection], None]:
@@ -833,7 +830,7 @@ async def test_migration_0012_brings_pgvector_and_goes_down_and_up_again() -> No
         )
         await items.run(insert(sessions).values([_session(1)]))
         await items.run(insert(archived_messages).values([_message(10, 1, "user", "the balcony gets sun")]))
-        assert set(await _hnsw_indexes(items)) == {memory.embed.vectors.hnsw_index_name(MODEL, "record", 5)}
+        assert set(await _hnsw_indexes(items)) == {memory.embed.pgvector.hnsw_index_name(MODEL, "record", 5)}
 
         await db.write(_to_revision("0011"))
         columns = await db.read(
@@ -845,7 +842,7 @@ async def test_migration_0012_brings_pgvector_and_goes_down_and_up_again() -> No
         )
         assert columns == [] and await _hnsw_indexes(items) == {}
 
-        memory.embed.vectors._HNSW_KNOWN.clear()  # this process saw the index before it was dropped
+        memory.embed.pgvector._HNSW_KNOWN.clear()  # this process saw the index before it was dropped
         await db.migrate()  # the columns are computed again from what the rows hold
         assert [h.id for h in await Storage(db).archive.search("sunny balconies", user_id="alice")] == [10]
         assert await items.vectors.prepare(MODEL) == 1

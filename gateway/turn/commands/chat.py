@@ -2,64 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from gateway.config.model import AgentConfig, Config
-from gateway.core.events import ConversationKind, MessageReceived
-from gateway.session.budget import FlushTarget, SessionMemory
-from gateway.session.memory_service import MemoryService
+from gateway.core.events import ConversationKind
 from gateway.turn.commands import memory as memory_commands
+from gateway.turn.commands.context import CommandContext
 from gateway.turn.engine import model_chain
-from memory.store.identities import User
 from memory.store.links import LinkError
-from memory.store.storage import Storage
-from memory.trust.policy import Actor, archive_scope
-
-
-class AttemptLimiter:
-    """At most `limit` attempts per key in a sliding window (guards /link codes against guessing)."""
-
-    def __init__(self, limit: int = 5, window: float = 600.0) -> None:
-        self.limit = limit
-        self.window = window
-        self._hits: dict[str, deque[float]] = {}
-
-    def allow(self, key: str) -> bool:
-        now = time.monotonic()
-        hits = self._hits.setdefault(key, deque())
-        while hits and now - hits[0] > self.window:
-            hits.popleft()
-        if len(hits) >= self.limit:
-            return False
-        hits.append(now)
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class CommandContext:
-    event: MessageReceived
-    user: User
-    session_key: str
-    agent: AgentConfig
-    config: Config
-    storage: Storage
-    session_memory: SessionMemory
-    limiter: AttemptLimiter = field(default_factory=AttemptLimiter)
-    audience: str = "personal"
-    memory: MemoryService | None = None
-
-    @property
-    def actor(self) -> Actor:
-        return Actor(self.user.id, frozenset(self.user.roles), "chat")
-
-    @property
-    def flush_target(self) -> FlushTarget | None:
-        dm = self.event.ref.kind == ConversationKind.DM
-        return FlushTarget.of(dm, self.user.id, self.session_key, self.audience)
-
+from memory.trust.policy import archive_scope
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]
 Allowed = Callable[[CommandContext], bool]

@@ -11,7 +11,7 @@ from gateway.session.memory_service import MemoryRefused, MemoryService, describ
 from gateway.turn.commands import traces as trace_commands
 
 if TYPE_CHECKING:
-    from gateway.turn.commands.chat import CommandContext
+    from gateway.turn.commands.context import CommandContext
     from memory.trust.policy import Actor, Where
 
 REVIEW_ACTIONS = ("confirm", "edit", "evidence", "scope", "stale", "merge", "reject", "dispute", "supersede", "undo")

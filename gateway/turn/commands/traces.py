@@ -1,5 +1,5 @@
 """`/memory trace [N]` and `/memory preset …`: a person's own recall traces, and the tool presets
-failed tool calls offer the model (issue 7).
+failed tool calls offer the model (README, "Tool-failure hints and tool presets").
 
 Traces: the caller's own turns only. In a direct conversation, all of theirs; in a group, only
 theirs in that group, so that nothing they asked elsewhere is shown in front of others.
@@ -20,7 +20,7 @@ from memory.store.presets import Preset, PresetError, PresetStore, parse_command
 from memory.store.traces import TraceStore
 
 if TYPE_CHECKING:
-    from gateway.turn.commands.chat import CommandContext
+    from gateway.turn.commands.context import CommandContext
 
 DEFAULT_TRACES = 3
 MAX_TRACES = 10

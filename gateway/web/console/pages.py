@@ -1,4 +1,4 @@
-"""The console's pages under /console (issue 8): plain server-rendered HTML (Jinja2, autoescaped)
+"""The console's pages under /console (README, "Web console"): plain server-rendered HTML (Jinja2, autoescaped)
 over the same ConsoleService as the JSON API, with forms that work without JavaScript.
 
 Every action is a POST form carrying the session's CSRF token; it answers with a 303 back to the

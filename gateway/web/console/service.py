@@ -1,4 +1,4 @@
-"""What the web console shows and does (issue 8), role-aware, for both the JSON API and the pages.
+"""What the web console shows and does (README, "Web console"), role-aware, for both the JSON API and the pages.
 
 Everything goes through the same rules as chat commands: reading and reviewing records is
 MemoryService and memory.trust.policy, so the console cannot show or change more than `/memory` could.
@@ -29,7 +29,9 @@ from gateway.session.memory_service import MemoryRefused, MemoryService
 from gateway.turn.context import CoreFiles, keep_ends
 from memory.archive.daily import write_atomic
 from memory.records.model import MemoryClass, MemoryRecord, Provenance, RecordStatus, ReviewStatus, Scope, ScopeKind
-from memory.records.store import Browse, RecordError, Revision, snapshot
+from memory.records.reads import Browse
+from memory.records.rows import Revision, snapshot
+from memory.records.store import RecordError
 from memory.store.jobs import STATUSES
 from memory.store.storage import Storage
 from memory.store.traces import TraceStore

@@ -16,7 +16,7 @@ depends_on = None
 # found. A second external-content index per table, tokenized by trigrams, holds only the texts
 # with CJK characters in them: CJK radicals to the end of the unified ideographs (kana, Hangul
 # jamo, Bopomofo and CJK punctuation included), Hangul syllables, compatibility ideographs and
-# half-width katakana. The same ranges are memory.archive.store.CJK_CHARS (the query side).
+# half-width katakana. The same ranges are memory.archive.fulltext.CJK_CHARS (the query side).
 CJK_GLOB = "*[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]*"
 
 # (content table, its integer key = the FTS rowid, whether its porter trigger fires on any update)

@@ -8,11 +8,11 @@ Create Date: 2026-12-01
 SQLite searches records through FTS5 (migration 0004) and needs nothing here. On PostgreSQL the
 column `words` is `to_tsvector('english', content)`, kept by PostgreSQL itself (a generated
 column), so a search ranks stored vectors instead of parsing every matching text again. It is not
-declared in memory/store/schema.py: SQLite has no such column, and memory/records/store.py (`search_pg`) names
+declared in memory/store/schema.py: SQLite has no such column, and memory/records/search.py (`search_pg`) names
 it only on PostgreSQL. PostgreSQL's parser does not split CJK text into words (nor a Latin word
 inside it): those records are searched by LIKE over the partial index of the records with CJK
 letters only, as SQLite's trigram index holds only those (migration 0006). The character class is
-memory.archive.store.CJK_CHARS as of this migration.
+memory.archive.fulltext.CJK_CHARS as of this migration.
 """
 
 from alembic import op

@@ -13,12 +13,12 @@ index of the rows holding CJK letters (searched by LIKE: PostgreSQL's parser doe
 text into words). Only user and assistant messages get words: nothing else of the archive is ever
 searched, and tool output can be long. The text is cut at TSV_CHARS characters before parsing: a
 tsvector holds at most 1 MB, and a longer text would make the insert fail; the LIKE leg for CJK
-still reads the whole text. The character class is memory.archive.store.CJK_CHARS as of this migration.
+still reads the whole text. The character class is memory.archive.fulltext.CJK_CHARS as of this migration.
 
 Vectors. `memory_vectors.embedding` is the stored blob (`vector`: little-endian float32, what
 SQLite keeps) as a pgvector `vector`, computed by PostgreSQL from the blob (a generated column, via
 `clawgate_f4_vector`), so every writer, a copy from SQLite included, fills it by writing the blob
-alone. The column has no fixed dimension (models differ); memory/embed/vectors.py builds one HNSW index
+alone. The column has no fixed dimension (models differ); memory/embed/pgvector.py builds one HNSW index
 per model and kind, on `embedding::vector(<dim>)`, when it first stores such vectors. Its storage
 is MAIN, so that on a row too long for a page the blob moves out of line, not the vector.
 
@@ -91,7 +91,7 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     _create_pgvector()
-    searched = "role IN ('user', 'assistant')"  # memory.archive.store._SEARCHED_ROLES
+    searched = "role IN ('user', 'assistant')"  # memory.archive.visibility.SEARCHED_ROLES
     op.execute(
         "ALTER TABLE archived_messages ADD COLUMN words tsvector "
         f"GENERATED ALWAYS AS (CASE WHEN {searched} THEN {_WORDS} END) STORED"
@@ -111,7 +111,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    # The HNSW indexes memory/embed/vectors.py built are on `embedding`: they go with the column.
+    # The HNSW indexes memory/embed/pgvector.py built are on `embedding`: they go with the column.
     op.execute("ALTER TABLE memory_vectors DROP COLUMN IF EXISTS embedding")
     op.execute("DROP FUNCTION IF EXISTS clawgate_f4_vector(bytea)")
     for table in ("daily_chunks", "archived_messages"):

@@ -1,0 +1,58 @@
+"""What a chat command is handed (`CommandContext`), and the limiter that guards /link codes: apart
+from the commands themselves, so the command modules need not import each other."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from gateway.config.model import AgentConfig, Config
+from gateway.core.events import ConversationKind, MessageReceived
+from gateway.session.budget import FlushTarget, SessionMemory
+from gateway.session.memory_service import MemoryService
+from memory.store.identities import User
+from memory.store.storage import Storage
+from memory.trust.policy import Actor
+
+
+class AttemptLimiter:
+    """At most `limit` attempts per key in a sliding window (guards /link codes against guessing)."""
+
+    def __init__(self, limit: int = 5, window: float = 600.0) -> None:
+        self.limit = limit
+        self.window = window
+        self._hits: dict[str, deque[float]] = {}
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        hits = self._hits.setdefault(key, deque())
+        while hits and now - hits[0] > self.window:
+            hits.popleft()
+        if len(hits) >= self.limit:
+            return False
+        hits.append(now)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    event: MessageReceived
+    user: User
+    session_key: str
+    agent: AgentConfig
+    config: Config
+    storage: Storage
+    session_memory: SessionMemory
+    limiter: AttemptLimiter = field(default_factory=AttemptLimiter)
+    audience: str = "personal"
+    memory: MemoryService | None = None
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(self.user.id, frozenset(self.user.roles), "chat")
+
+    @property
+    def flush_target(self) -> FlushTarget | None:
+        dm = self.event.ref.kind == ConversationKind.DM
+        return FlushTarget.of(dm, self.user.id, self.session_key, self.audience)
