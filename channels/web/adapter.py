@@ -27,6 +27,7 @@ from gateway.core.ports import (
     SessionBusy,
     Throttled,
     Unavailable,
+    retry_after,
 )
 
 log = logging.getLogger("clawgate.channels.web")
@@ -182,7 +183,7 @@ class WebAdapter:
         try:
             user = self.services.authenticate(self._bearer(request), request.remote)
         except Throttled as exc:
-            raise _json_error(429, str(exc), {"Retry-After": _seconds(exc.retry_after)}) from None
+            raise _json_error(429, str(exc), retry_after(exc.retry_after)) from None
         if user is None:
             raise _json_error(401, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
         return user
@@ -297,7 +298,7 @@ class WebAdapter:
         except SessionBusy:
             raise _json_error(429, "too many messages waiting in this conversation", {"Retry-After": "2"}) from None
         except Unavailable as exc:
-            raise _json_error(503, exc.reason, {"Retry-After": _seconds(exc.retry_after)}) from None
+            raise _json_error(503, exc.reason, retry_after(exc.retry_after)) from None
         return web.json_response(
             {"reply": reply.text, "session": ev.ref.session_key, "message_id": reply.message_id},
             headers={"Idempotent-Replayed": "true"} if reply.replayed else None,
@@ -427,10 +428,6 @@ class WebAdapter:
     async def _ws_error(self, ws: web.WebSocketResponse, reason: str, ev: MessageReceived) -> None:
         if not ws.closed:
             await ws.send_json({"type": "error", "error": reason, "event": ev.event_id})
-
-
-def _seconds(wait: float) -> str:
-    return str(max(1, round(wait)))
 
 
 _REPLY_IDS = uuid.UUID("5f0c3a4e-8d7b-4c52-9a61-3b2f7e9d1c08")  # a namespace of this adapter's own

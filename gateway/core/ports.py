@@ -57,12 +57,26 @@ class SessionBusy(Exception):
     """The sink refused an event: too many messages already wait in that session (back-pressure)."""
 
 
+# How long a client is asked to wait before it tries again when the storage cannot be written.
+STORAGE_RETRY_SECONDS = 30.0
+
+
+def whole_seconds(wait: float) -> int:
+    """A wait as the whole seconds a person or a Retry-After header is told: at least one."""
+    return max(1, round(wait))
+
+
+def retry_after(wait: float) -> dict[str, str]:
+    """The Retry-After header for a wait of `wait` seconds."""
+    return {"Retry-After": str(whole_seconds(wait))}
+
+
 class Unavailable(Exception):
     """The sink cannot take or answer an event now (its storage cannot be written): `reason` in
     plain words. An event already journaled is kept and answered once the gateway can again; HTTP
     callers get a 503 and may retry (with the same idempotency key, to get that answer)."""
 
-    def __init__(self, reason: str, retry_after: float = 30.0) -> None:
+    def __init__(self, reason: str, retry_after: float = STORAGE_RETRY_SECONDS) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
@@ -73,7 +87,7 @@ class Throttled(Exception):
     `retry_after` seconds. A valid credential is never refused this way."""
 
     def __init__(self, retry_after: float) -> None:
-        super().__init__(f"too many failed attempts; try again in {max(1, round(retry_after))} s")
+        super().__init__(f"too many failed attempts; try again in {whole_seconds(retry_after)} s")
         self.retry_after = retry_after
 
 

@@ -18,13 +18,14 @@ from gateway.config.model import AgentConfig, Config
 from gateway.core.http_input import BadJson, BodyTooLarge, parse_json, read_body
 from gateway.core.logs import event
 from gateway.core.metrics import Metrics
-from gateway.core.ports import SessionBusy, Throttled
+from gateway.core.ports import STORAGE_RETRY_SECONDS, SessionBusy, Throttled, retry_after
 from gateway.llm.client import Restart, TextDelta
 from gateway.session.budget import FlushTarget
 from gateway.turn.engine import TurnEngine, TurnResult, build_messages
 from gateway.turn.router import Router
 from gateway.turn.tools import ToolContext
 from gateway.web.auth import TokenAuth
+from gateway.web.server import cannot_save
 from memory.store.db import StorageUnwritable
 from memory.store.sessions import Message
 from memory.store.storage import Storage
@@ -82,8 +83,8 @@ class OpenAIApi:
         try:
             user = self.authenticate(token.strip(), request.remote) if scheme.lower() == "bearer" else None
         except Throttled as exc:
-            retry = {"Retry-After": str(max(1, round(exc.retry_after)))}
-            raise _error(429, str(exc), "rate_limit_error", "too_many_failed_attempts", retry) from None
+            wait = retry_after(exc.retry_after)
+            raise _error(429, str(exc), "rate_limit_error", "too_many_failed_attempts", wait) from None
         if user is None:
             raise _error(401, "missing or invalid bearer token", "invalid_request_error", "invalid_api_key")
         return str(user)
@@ -133,9 +134,8 @@ class OpenAIApi:
         try:
             return await self._chat_completions(request)
         except StorageUnwritable as exc:
-            retry = {"Retry-After": "30"}
-            message = f"the gateway cannot save anything right now ({exc.reason}); try again later"
-            raise _error(503, message, "service_unavailable", "storage_unwritable", retry) from None
+            wait = retry_after(STORAGE_RETRY_SECONDS)
+            raise _error(503, cannot_save(exc.reason), "service_unavailable", "storage_unwritable", wait) from None
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         user_id = self._user(request)

@@ -21,12 +21,11 @@ from aiohttp.typedefs import Middleware
 
 from gateway.core.http_input import Address, BadJson, address_of, host_name, is_local_request, is_loopback_name
 from gateway.core.logs import event
+from gateway.core.ports import STORAGE_RETRY_SECONDS, retry_after
 from memory.store.db import StorageUnwritable
 
 log = logging.getLogger("clawgate.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# Seconds a client is asked to wait when the gateway cannot write to its storage.
-STORAGE_RETRY_AFTER = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +97,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except StorageUnwritable as exc:
         event(log, "http_storage_unwritable", logging.WARNING, path=request.path, reason=exc.reason)
         return web.json_response(
-            {"error": f"the gateway cannot save anything right now ({exc.reason}); try again later"},
-            status=503,
-            headers={"Retry-After": str(STORAGE_RETRY_AFTER)},
+            {"error": cannot_save(exc.reason)}, status=503, headers=retry_after(STORAGE_RETRY_SECONDS)
         )
     except Exception as exc:
         event(log, "http_handler_failed", logging.ERROR, path=request.path, error=type(exc).__name__)
         log.debug("traceback", exc_info=True)
         return web.json_response({"error": "internal error"}, status=500)
+
+
+def cannot_save(reason: str) -> str:
+    """What an HTTP caller is told when the storage refused a write (`reason`: why, in plain words)."""
+    return f"the gateway cannot save anything right now ({reason}); try again later"
 
 
 def build_app(max_body_bytes: int, hosts: HostPolicy) -> web.Application:

@@ -13,7 +13,7 @@ import yaml  # type: ignore[import-untyped]
 from aiohttp import web
 
 from gateway.core.http_input import BadJson, BodyTooLarge, parse_json, read_body
-from gateway.core.ports import Throttled
+from gateway.core.ports import Throttled, retry_after
 from gateway.web.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie
 from gateway.web.console.service import ConsoleError, ConsoleService, MemoryQuery, Viewer
 
@@ -34,7 +34,7 @@ def error(status: int, message: str) -> web.Response:
 
 def throttled(exc: Throttled) -> web.Response:
     response = error(429, f"{exc}: too many wrong tokens from this address or with this token")
-    response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    response.headers.update(retry_after(exc.retry_after))
     return response
 
 

@@ -17,7 +17,7 @@ import jinja2
 from aiohttp import web
 
 from gateway.core.http_input import BodyTooLarge, read_body
-from gateway.core.ports import Throttled
+from gateway.core.ports import Throttled, retry_after
 from gateway.web.console.api import MAX_BODY_BYTES, int_param, memory_query, path_int
 from gateway.web.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie
 from gateway.web.console.service import (
@@ -181,7 +181,7 @@ def _lines(text: str) -> str:
 
 
 def _throttled(response: web.Response, exc: Throttled) -> web.Response:
-    response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
+    response.headers.update(retry_after(exc.retry_after))
     return response
 
 
