@@ -24,6 +24,7 @@ from gateway.core.ports import Throttled
 from memory.store.console_sessions import digest
 
 log = logging.getLogger("clawgate.auth")
+MAX_TOKEN_CHARS = 4096  # longer is never a token: not looked up
 
 
 @dataclass(slots=True)
@@ -106,8 +107,9 @@ class TokenAuth:
         invalid or missing one; Throttled when this token or `address` failed too often lately."""
         if not token:
             return None
-        found = self.identify(token)
-        keys = (f"token:{digest(token)[:16]}", f"address:{address or 'unknown'}")
+        token_digest = digest(token)
+        found = self._found(token_digest) if len(token) <= MAX_TOKEN_CHARS else None
+        keys = (f"token:{token_digest[:16]}", f"address:{address or 'unknown'}")
         if found is not None:
             self.throttle.succeeded(keys[0])  # the address keeps its count: others may share it
             return found
@@ -121,9 +123,11 @@ class TokenAuth:
     def identify(self, token: str | None) -> tuple[str, str] | None:
         """(user id, the token's digest) for a valid token; no throttle (callers that take tokens
         from the network use `check`)."""
-        if not token or len(token) > 4096:
+        if not token or len(token) > MAX_TOKEN_CHARS:
             return None
-        token_digest = digest(token)
+        return self._found(digest(token))
+
+    def _found(self, token_digest: str) -> tuple[str, str] | None:
         uid = self._by_digest.get(token_digest)
         return None if uid is None else (uid, token_digest)
 

@@ -32,6 +32,14 @@ def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def refused(exc: Unauthenticated | CsrfRejected | Throttled) -> web.Response:
+    """Who is asking could not be established (401), a cookie request could not prove it came from
+    the console (403), or too many wrong tokens came lately (429)."""
+    if isinstance(exc, Throttled):
+        return throttled(exc)
+    return error(401 if isinstance(exc, Unauthenticated) else 403, str(exc))
+
+
 def throttled(exc: Throttled) -> web.Response:
     response = error(429, f"{exc}: too many wrong tokens from this address or with this token")
     response.headers.update(retry_after(exc.retry_after))
@@ -140,12 +148,8 @@ class ConsoleApi:
             try:
                 viewer = await self.auth.viewer(request)
                 return web.json_response(await handler(request, viewer))
-            except Unauthenticated as exc:
-                return error(401, str(exc))
-            except CsrfRejected as exc:
-                return error(403, str(exc))
-            except Throttled as exc:
-                return throttled(exc)
+            except (Unauthenticated, CsrfRejected, Throttled) as exc:
+                return refused(exc)
             except ConsoleError as exc:
                 return error(exc.status, str(exc))
 
@@ -182,12 +186,8 @@ class ConsoleApi:
     async def sign_out(self, request: web.Request) -> web.StreamResponse:
         try:
             await self.auth.viewer(request)
-        except Unauthenticated as exc:
-            return error(401, str(exc))
-        except CsrfRejected as exc:
-            return error(403, str(exc))
-        except Throttled as exc:
-            return throttled(exc)
+        except (Unauthenticated, CsrfRejected, Throttled) as exc:
+            return refused(exc)
         await self.auth.sign_out(request)
         response = web.Response(status=204)
         clear_cookie(response)
