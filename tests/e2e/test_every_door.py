@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from tests.cli import run_cli
-from tests.conftest import ALICE_TOKEN, ROOT_TOKEN, auth
+from tests.conftest import ALICE_TOKEN, auth, config_data
 from tests.fakes.llm import FakeLLM
 from tests.fakes.slack import SIGNING_SECRET, FakeSlack
 from tests.process import GatewayProcess, write_config
@@ -30,17 +30,11 @@ METRICS_TOKEN = "metrics-token-0123456789"
 
 
 def config(tmp: Path, fake: FakeLLM, **web: Any) -> dict[str, Any]:
-    return {
-        "ai": {"model": "openai/fake-model", "api_base": fake.api_base, "api_key": "sk-test-000000000000000"},
-        "storage": {"data_dir": str(tmp / "data")},
-        "channels": {"web": {"host": "127.0.0.1", "port": 0, **web}},
-        "users": {
-            "alice": {"tokens": [ALICE_TOKEN]},
-            "root": {"roles": ["admin"], "tokens": [ROOT_TOKEN]},
-            "local": {"roles": ["admin"], "identities": ["web:local"]},  # as the shipped config.yaml
-        },
-        "memory": {"merge": {"enabled": False}},
-    }
+    """The tests' config, with the local visitor an administrator as in the shipped config.yaml."""
+    data = config_data(tmp, fake)
+    data["channels"]["web"].update(web)
+    data["users"]["local"] = {"roles": ["admin"], "identities": ["web:local"]}
+    return data
 
 
 @contextlib.asynccontextmanager
