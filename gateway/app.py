@@ -520,12 +520,22 @@ class Gateway:
     async def _watch_storage(self, every: float = 2.0) -> None:
         """While the storage cannot be written (a write failed, or readiness found it so), look
         again every `every` seconds; once it can, answer what was put off meanwhile."""
-        assert self.router is not None and self.write_check is not None
+        assert self.router is not None and self.write_check is not None and self.storage is not None
+        db = self.storage.db
+        seen = db.unwritable_failures
         while True:
             await asyncio.sleep(every)
-            if self.write_check.last is None:
+            # A write that failed since the last look counts even when the flag was cleared meanwhile
+            # by a transaction that wrote nothing: what it put off still waits to be answered.
+            if self.write_check.last is None and db.unwritable_failures == seen:
                 continue
-            event(log, "storage_unwritable", logging.ERROR, problem=self.write_check.last)
+            seen = db.unwritable_failures
+            event(
+                log,
+                "storage_unwritable",
+                logging.ERROR,
+                problem=self.write_check.last or db.unwritable or "a write failed",
+            )
             while (problem := await self.write_check.problem()) is not None:
                 log.debug("storage still unwritable: %s", problem)
                 await asyncio.sleep(every)

@@ -193,6 +193,9 @@ class Database:
         self._closed = False
         # Why the last write failed because the storage could not be written; None once one succeeds.
         self.unwritable: str | None = None
+        # How many writes failed so, ever: a transaction that wrote nothing (a job claim finding no
+        # job) succeeds on a full disk and clears `unwritable`, so a watcher counts failures instead.
+        self.unwritable_failures = 0
         self._engine: Engine | None = None
         self._async_engine: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
@@ -273,6 +276,7 @@ class Database:
             if reason is None:
                 raise
             self.unwritable = reason
+            self.unwritable_failures += 1
             raise StorageUnwritable(reason) from err
         self.unwritable = None
         return result

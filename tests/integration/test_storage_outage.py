@@ -121,6 +121,11 @@ async def test_a_person_on_telegram_is_told_and_answered_once_the_disk_has_room(
             await tg.dm("are you there?")  # cannot even be journaled: the person is asked to send it again
             asked = await tg.wait_sent(2)
             assert "send yours again" in asked[1].text
+            # A transaction that writes nothing succeeds on a full disk too (a job claim that finds no
+            # job): what was put off must be answered all the same.
+            assert gw.storage is not None
+            await gw.storage.db.write(lambda conn: conn.exec_driver_sql("SELECT 1").scalar())
+            assert gw.storage.db.unwritable is None
         await tg.wait_for(lambda _: any(m.text == "echo: what did I miss?" for m in tg.sent), timeout=20)
         assert len([m for m in tg.sent if not m.edit]) == 3  # told once, asked once, answered once
 
