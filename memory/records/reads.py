@@ -27,6 +27,8 @@ _CHUNK = 500  # ids per IN (...) in get_many
 _GET = select(memory_records).where(memory_records.c.id == bindparam("b_id"))
 _GET_LIVE = _GET.where(memory_records.c.status != RecordStatus.DELETED.value)
 _GET_FOR_UPDATE = _GET.with_for_update()  # PostgreSQL; SQLite has one writer anyway
+_GET_MANY = select(memory_records).where(memory_records.c.id.in_(bindparam("b_ids", expanding=True)))
+_GET_MANY_LIVE = _GET_MANY.where(memory_records.c.status != RecordStatus.DELETED.value)
 
 
 def load(conn: Connection, record_id: str, include_deleted: bool, for_update: bool = False) -> MemoryRecord | None:
@@ -38,11 +40,9 @@ def load(conn: Connection, record_id: str, include_deleted: bool, for_update: bo
 def get_many_in(conn: Connection, ids: Sequence[str], include_deleted: bool) -> list[MemoryRecord]:
     """The records of `ids` that exist, in the order asked (RecordStore.get_many, in a caller's transaction)."""
     found: dict[str, MemoryRecord] = {}
+    stmt = _GET_MANY if include_deleted else _GET_MANY_LIVE
     for start in range(0, len(ids), _CHUNK):
-        stmt = select(memory_records).where(memory_records.c.id.in_(ids[start : start + _CHUNK]))
-        if not include_deleted:
-            stmt = stmt.where(memory_records.c.status != RecordStatus.DELETED.value)
-        for row in conn.execute(stmt):
+        for row in conn.execute(stmt, {"b_ids": list(ids[start : start + _CHUNK])}):
             found[row.id] = record_of(row)
     return [found[i] for i in ids if i in found]
 
