@@ -8,6 +8,10 @@ and nothing of anyone else's?
     .venv/bin/python benchmarks/assistant_memory.py --set vector_weight=0.6 --set lexical_pool=30
     .venv/bin/python benchmarks/assistant_memory.py --dump ranked.json   # every ranking, for offline calibration
     .venv/bin/python benchmarks/assistant_memory.py --json           # JSON instead of Markdown
+    .venv/bin/python benchmarks/assistant_memory.py --split tune --calibrate   # a model's floors, for its manifest
+    .venv/bin/python benchmarks/assistant_memory.py --provider local --model /models/multilingual-e5-small
+    .venv/bin/python benchmarks/assistant_memory.py --provider openai --model multilingual-e5-small-q4 \
+        --api-base http://127.0.0.1:8000/v1 --api-key none          # any memory.search provider and model
 
 Data: benchmarks/data/assistant_memory/ (written for this project, see its README.md): six users'
 personal memories, shared memory (global, project and channel scopes) and 244 questions, each in
@@ -38,6 +42,13 @@ What is counted, over the questions of the split:
   questions, not only the privacy probes); must be 0;
 - for `none` and `privacy` questions (nothing of theirs answers) the top fused score, beside the
   best-ranked answer's score on the answerable ones: where a relevance threshold could go.
+
+`--calibrate` measures the two floors a model's manifest entry (memory/embed/embedding_models.json)
+needs, on the split asked (choose them on `tune`, then check them with `--set min_cosine=…
+--set evidence_min_score=…` on `test`): `min_cosine`, the cosine between each answerable question
+and its answers that keeps CALIBRATE_KEEP of them (rounded down to 0.01; the share of the other
+memories each asker may see that it drops is reported beside it), then the questions are ranked
+with that floor and `evidence_min_score` is the evidence floor that run calibrates (below).
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -254,10 +266,14 @@ def frozen_clock(now: datetime) -> Iterator[None]:
         yield
 
 
-def bench_config(data_dir: Path, lexical: bool, projects: Mapping[str, Any]) -> Config:
+def bench_config(
+    data_dir: Path, lexical: bool, projects: Mapping[str, Any], search_keys: Mapping[str, Any] | None = None
+) -> Config:
+    """The run's config: `search_keys` are memory.search's (provider local, the bundled model, by default)."""
     search: dict[str, Any] = {"threads": 1}
     if not lexical:
         search["provider"] = "local"
+        search.update({k: v for k, v in (search_keys or {}).items() if v is not None})
     return parse_config(
         {
             "storage": {"data_dir": str(data_dir)},
@@ -285,7 +301,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Ranked]]:
         stack.enter_context(frozen_clock(NOW))
         # Anything else the local model would cache goes to the temporary directory too.
         stack.enter_context(mock.patch.dict(os.environ, {"CLAWGATE_CACHE_DIR": str(tmp / "cache")}))
-        config = bench_config(tmp / "data", args.lexical, load_projects(Path(args.data)))
+        config = bench_config(tmp / "data", args.lexical, load_projects(Path(args.data)), search_keys(args))
         embedder = embedder_from_config(config)
         local_cache(embedder, tmp)
         storage = await Storage.open(f"sqlite:///{tmp}/bench.db")
@@ -300,6 +316,10 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Ranked]]:
             await recall.caught_up(timeout=600)
             embed_s = time.perf_counter() - t0
             settings = override(recall.settings, args.set or [])
+            calibration: dict[str, Any] | None = None
+            if args.calibrate and embedder is not None:
+                calibration = await cosine_floor(embedder, memories, asked)
+                settings = replace(settings, min_cosine=calibration["min_cosine"])
             if embedder is not None:
                 await embedder.embed_query("warm up")  # the model's first query: not a question's cost
             ranked: list[Ranked] = []
@@ -336,6 +356,9 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Ranked]]:
     res["gateway_evidence_floor"] = evidence_floor(
         ranked, args.lexical, at=EVIDENCE_FLOOR_LEXICAL if args.lexical or calibrated is None else calibrated
     )
+    if calibration is not None:
+        calibration["evidence_min_score"] = res["evidence_floor"].get("floor")
+        res["calibration"] = calibration
     per_user = Counter(m.user for m in memories if m.user)
     res.update(
         {
@@ -355,6 +378,86 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Ranked]]:
         }
     )
     return res, ranked
+
+
+# --- calibration ------------------------------------------------------------------------------------------
+
+CALIBRATE_KEEP = 0.95  # the cosine floor keeps this share of the answers (as MiniLM's, on LoCoMo)
+
+
+def search_keys(args: argparse.Namespace) -> dict[str, Any]:
+    return {"provider": args.provider, "model": args.model, "api_base": args.api_base, "api_key": args.api_key}
+
+
+def visible_to(m: Memory, q: Question) -> bool:
+    """Roughly what the asker could be shown: their own memories and the shared ones."""
+    return m.user in (None, q.user) and m.id not in q.forbidden
+
+
+def keep_floor(values: Sequence[float], keep: float) -> float:
+    """The largest 0.01 step at or under the value that keeps `keep` of `values`. Pure."""
+    ordered = sorted(values)
+    return math.floor(ordered[int((1 - keep) * len(ordered))] * 100) / 100
+
+
+async def cosine_floor(embedder: Embedder, memories: Sequence[Memory], asked: Sequence[Question]) -> dict[str, Any]:
+    """The cosine floor that keeps CALIBRATE_KEEP of the answers of the answerable questions in
+    `asked`, with what it keeps of them (per kind) and drops of the other memories each asker may see."""
+    import numpy as np
+
+    vectors = await embedder.embed_documents([m.text for m in memories])
+    row = {m.id: n for n, m in enumerate(memories)}
+    answers: list[float] = []
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    others: list[float] = []
+    for q in asked:
+        if q.kind in UNANSWERABLE:
+            continue
+        cosines = vectors @ np.asarray(await embedder.embed_query(q.query))
+        for a in q.answers:
+            answers.append(float(cosines[row[a]]))
+            by_kind[q.kind].append(float(cosines[row[a]]))
+        others += [float(cosines[row[m.id]]) for m in memories if m.id not in q.answers and visible_to(m, q)]
+    if not answers:
+        raise SystemExit("--calibrate: no answerable question in this split")
+    floor = keep_floor(answers, CALIBRATE_KEEP)
+    return {
+        "min_cosine": floor,
+        "keep": CALIBRATE_KEEP,
+        "answers": len(answers),
+        "answers_kept": round(sum(v >= floor for v in answers) / len(answers), 3),
+        "kept_by_kind": {k: round(sum(v >= floor for v in vs) / len(vs), 3) for k, vs in sorted(by_kind.items())},
+        "others_dropped": round(sum(v < floor for v in others) / len(others), 3) if others else None,
+        "answer_cosine": distribution(answers),
+        "other_cosine": distribution(others),
+    }
+
+
+def calibration_lines(res: Mapping[str, Any]) -> list[str]:
+    c = res["calibration"]
+    kinds = ", ".join(f"{k} {v:.0%}" for k, v in c["kept_by_kind"].items())
+    entry = {
+        "min_cosine": c["min_cosine"],
+        "evidence_min_score": c["evidence_min_score"],
+        "calibrated_on": f"benchmarks/data/assistant_memory, {res['split']} half: cosine floor keeping "
+        f"{c['keep']:.0%} of {c['answers']} answers ({c['answers_kept']:.1%} kept, {c['others_dropped']:.1%} of the "
+        f"other visible memories dropped); evidence floor keeping {EVIDENCE_KEEP:.0%} of the ranked answers",
+    }
+    return [
+        "",
+        f"### Calibration of {res['model']} ({res['split']} split)",
+        "",
+        f"- cosine, question to answer: {_dist(c['answer_cosine'])}",
+        f"- cosine, question to the other memories its asker may see: {_dist(c['other_cosine'])}",
+        f"- min_cosine {c['min_cosine']:.2f} keeps {c['answers_kept']:.1%} of the {c['answers']} answers ({kinds}) "
+        f"and drops {c['others_dropped']:.1%} of the others",
+        f"- evidence_min_score {c['evidence_min_score']:.3f}, ranked with that floor (the evidence floor line above)",
+        "- for memory/embed/embedding_models.json (or memory.recall.min_cosine_similarity / .evidence_min_score):",
+        "",
+        "```json",
+        json.dumps({res["model"]: entry}, indent=2, ensure_ascii=False),
+        "```",
+    ]
 
 
 # --- scoring ----------------------------------------------------------------------------------------------
@@ -640,6 +743,8 @@ def markdown(res: Mapping[str, Any]) -> str:
         f"{'met' if p['violations'] == 0 else '**not met**'}; stale never above its replacement — "
         f"{'met' if s['stale_above_replacement'] == 0 else '**not met**'}."
     )
+    if res.get("calibration"):
+        out += calibration_lines(res)
     return "\n".join(out)
 
 
@@ -667,7 +772,16 @@ def main() -> int:
     p.add_argument("--dump", metavar="FILE.json", help="write every question's ranked list (ids, scores, parts)")
     p.add_argument("--json", action="store_true", help="JSON instead of Markdown")
     p.add_argument("--data", default=str(DATA), help="the data directory")
+    p.add_argument("--provider", help="memory.search.provider (default local)")
+    p.add_argument("--model", help="memory.search.model: a model id, a local directory, or provider/model")
+    p.add_argument("--api-base", help="memory.search.api_base")
+    p.add_argument("--api-key", help="memory.search.api_key (any value for a local server that needs none)")
+    p.add_argument(
+        "--calibrate", action="store_true", help="measure the model's cosine and evidence floors (on --split tune)"
+    )
     args = p.parse_args()
+    if args.calibrate and args.lexical:
+        p.error("--calibrate measures an embedding model: not with --lexical")
     res, ranked = asyncio.run(run(args))
     if args.dump:
         dump(Path(args.dump), ranked, res)

@@ -33,6 +33,7 @@ from gateway.llm.client import LLMClient, ModelSpec
 from gateway.recall.engine import TurnRecall, embedder_from_config
 from gateway.recall.trace import TraceRecorder
 from gateway.reload import Reloader
+from gateway.session.adjudicate import DEDUPE_JOB, Duplicates
 from gateway.session.budget import SessionMemory
 from gateway.session.memory_service import MemoryService
 from gateway.session.memory_tools import consolidate_tool, memory_tools, search_archive_tool
@@ -92,19 +93,6 @@ class Gateway:
 
     # -- start / stop -----------------------------------------------------------------------------
 
-    @staticmethod
-    def declared_users(config: Config) -> list[tuple[str, list[str], list[str]]]:
-        declared = []
-        for uid, user in config.users.items():
-            idents = list(user.identities)
-            if user.tokens:
-                idents += [f"web:{uid}", f"api:{uid}"]
-            declared.append((uid, [str(r) for r in user.roles], sorted(set(idents), key=idents.index)))
-        for ch in config.web_channels().values():
-            if ch.allow_local_anonymous and ch.is_loopback and ch.local_user not in config.users:
-                declared.append((ch.local_user, ["user"], [f"web:{ch.local_user}"]))
-        return declared
-
     async def start(self) -> None:
         started = time.perf_counter()
         secrets = self.secrets
@@ -113,7 +101,7 @@ class Gateway:
         for path, why in self.config.unread_keys():
             event(log, "config_key_ignored", logging.WARNING, key=path, why=why)
         storage = self.storage = await Storage.open(self.config.storage.resolved_database_url, secrets)
-        await storage.identities.sync_declared(self.declared_users(self.config))
+        await storage.identities.sync_declared(self.config.declared_users())
 
         web_cfgs = self.config.web_channels()
         max_body = max((c.max_message_bytes for c in web_cfgs.values()), default=64 * 1024) + 64 * 1024
@@ -155,6 +143,12 @@ class Gateway:
         self.consolidator.on_change = merger.on_change = self.recall.wake
         self.jobs.register(CONSOLIDATE_JOB, self.consolidator.handle_job)
         self.jobs.register(MERGE_JOB, merger.handle_job)
+        # Near-duplicates of a new memory, adjudicated by the background model (docs/recall.md).
+        duplicates = Duplicates(memory, storage.records, storage.revisions, self.llm, chain, secrets)
+        duplicates.recall, duplicates.enqueue = self.recall, self.jobs.enqueue
+        memory.dedupe, memory.revisions = duplicates.settle, storage.revisions
+        self.formation.compare = duplicates.formed
+        self.jobs.register(DEDUPE_JOB, duplicates.handle_job)
         tools = [CURRENT_TIME]
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
@@ -240,8 +234,8 @@ class Gateway:
         gateway's objects and names any still holding the old one."""
         router = self.router
         assert self.storage is not None and router is not None
-        declared = self.declared_users(config)
-        if declared != self.declared_users(self.config):
+        declared = config.declared_users()
+        if declared != self.config.declared_users():
             await self.storage.identities.sync_declared(declared)
         self.config = config
         self.auth.use_config(config)

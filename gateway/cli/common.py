@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from gateway.config.load import ConfigError, load_config, parse_config
 from gateway.config.model import Config
@@ -31,6 +33,32 @@ def limit_type(high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+# Where `emit` writes while a --json command runs: the real standard output (see json_stdout).
+_OUTPUT: ContextVar[TextIO | None] = ContextVar("clawgate_cli_output", default=None)
+
+
+@contextlib.contextmanager
+def json_stdout(active: bool) -> Iterator[None]:
+    """While a --json command runs, whatever else writes to standard output (a library's print, a
+    progress bar) is sent to standard error, and only what the command `emit`s reaches standard
+    output: its JSON stays parseable whatever the libraries it loads decide to print."""
+    if not active:
+        yield
+        return
+    token = _OUTPUT.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _OUTPUT.reset(token)
+
+
+def emit(text: str) -> None:
+    """One piece of a command's own output, on standard output (also under json_stdout), flushed so
+    a reader of a pipe has it at once."""
+    print(text, file=_OUTPUT.get() or sys.stdout, flush=True)
 
 
 def load_or_report(path: Path) -> Config | None:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli.common import with_storage
+from gateway.cli.common import emit, with_storage
 from gateway.config.load import secret_values
 from gateway.config.model import Config
 
@@ -101,7 +101,7 @@ async def _consolidate(args: argparse.Namespace, config: Config, storage: Storag
     finally:
         await llm.aclose()
     if args.json:
-        print(json.dumps(report, ensure_ascii=False))
+        emit(json.dumps(report, ensure_ascii=False))
     else:
         _print_report(report)
     left = sum(len(t.get("not_moved", [])) for t in report["targets"])
@@ -201,7 +201,10 @@ async def _list(args: argparse.Namespace, storage: Storage) -> int:
 
     found = await storage.revisions.list(record_id=args.record, limit=args.limit)
     for rev in found:
-        print(json.dumps(revision_json(rev), ensure_ascii=False) if args.json else _line(rev))
+        if args.json:
+            emit(json.dumps(revision_json(rev), ensure_ascii=False))
+        else:
+            print(_line(rev))
     if not found and not args.json:
         print("no revisions" + (f" of {args.record}" if args.record else ""))
     return 0
@@ -214,7 +217,7 @@ async def _show(args: argparse.Namespace, storage: Storage) -> int:
         print(f"clawgate memory revisions show: no revision {args.id}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(revision_json(rev, full=True), ensure_ascii=False))
+        emit(json.dumps(revision_json(rev, full=True), ensure_ascii=False))
         return 0
     when = f"{rev.at:%Y-%m-%d %H:%M:%S}Z"
     print(f"revision {rev.id}: {rev.record_id} r{rev.revision}, {rev.action} by {rev.actor} at {when}")

@@ -19,7 +19,7 @@ from gateway.cli import consolidate as cli_consolidate
 from gateway.cli import review as cli_review
 from gateway.cli import search as cli_search
 from gateway.cli import trace as cli_trace
-from gateway.cli.common import load_or_report, record_json, with_storage
+from gateway.cli.common import json_stdout, load_or_report, record_json, with_storage
 from gateway.config.model import Config
 
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
     config = load_or_report(config_path)
     if config is None:
         return 2
-    return handler(args, config)
+    with json_stdout(getattr(args, "json", False)):
+        return handler(args, config)
 
 
 # -- import / export --------------------------------------------------------------------------------
@@ -196,6 +197,11 @@ def _import(args: argparse.Namespace, config: Config) -> int:
         started = time.perf_counter()
         ids = await storage.records.import_batch(items)  # one transaction: all or nothing
         print(f"imported {len(ids)} memories into {scope} in {time.perf_counter() - started:.1f} s")
+        if ids and config.memory.dedupe.enabled:  # compared with what the scope held, by the gateway's jobs
+            from gateway.session.adjudicate import queue_import
+
+            job = await queue_import(storage.jobs, ids, actor)
+            print(f"the gateway compares them with what {scope} held before: job {job}", file=sys.stderr)
         return 0
 
     return with_storage(config, work)

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli.common import limit_type, record_json, with_storage
+from gateway.cli.common import emit, limit_type, record_json, with_storage
+from gateway.cli.users import resolve_user, unknown_user
 from gateway.config.model import Config
 
 if TYPE_CHECKING:
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
 DEFAULT_LIMIT = 20  # as many as `/memory review` lists
 MAX_LIMIT = 100
 REVISIONS_SHOWN = 10
-FIND_USERS = (
-    "user ids are the names under `users:` in config.yaml, what /whoami answers in chat, "
-    "or the user= of the gateway's log lines"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,18 +159,11 @@ async def _session(command: str, config: Config, storage: Storage, user_id: str 
     where = service.where("personal", None)
     if user_id is None:
         return Session(command, service, policy.OPERATOR, where, None, storage)
-    user_id = user_id.strip()
-    declared = config.users.get(user_id)
-    if declared is not None:
-        # The config is the source of roles: right even before the gateway has applied it.
-        roles: frozenset[str] = frozenset(str(r) for r in declared.roles)
-    else:
-        known = await storage.identities.get_user(user_id)
-        if known is None:
-            print(f"{command}: no user {user_id!r} ({FIND_USERS})", file=sys.stderr)
-            return None
-        roles = frozenset(known.roles)
-    return Session(command, service, policy.Actor(user_id, roles, "cli"), where, user_id, storage)
+    user = await resolve_user(config, storage, user_id)
+    if user is None:
+        print(f"{command}: {unknown_user(config, user_id)}", file=sys.stderr)
+        return None
+    return Session(command, service, policy.Actor(user.id, frozenset(user.roles), "cli"), where, user.id, storage)
 
 
 def _missing(session: Session, record_id: str) -> int:
@@ -191,7 +181,7 @@ async def _list(session: Session, args: argparse.Namespace) -> int:
     found = await session.service.pending(session.actor, session.where, limit=args.limit + 1)
     shown = found[: args.limit]
     if args.json:
-        print(json.dumps([record_json(r, full=True) for r in shown], ensure_ascii=False, indent=2))
+        emit(json.dumps([record_json(r, full=True) for r in shown], ensure_ascii=False, indent=2))
     else:
         for record in shown:  # a proposed change as a diff against the memory it would change
             print(describe(record, target=await session.service.target_of(session.actor, session.where, record)))
@@ -216,7 +206,7 @@ async def _show(session: Session, args: argparse.Namespace, *, review: bool) -> 
     if args.json:
         out = record_json(record, full=True)
         out["revisions"] = [rev.to_json() for rev in revisions[:REVISIONS_SHOWN]]
-        print(json.dumps(out, ensure_ascii=False, indent=2))
+        emit(json.dumps(out, ensure_ascii=False, indent=2))
         return 0
     print(describe(record, long=True, target=await session.service.target_of(session.actor, session.where, record)))
     if record.status == RecordStatus.DELETED:
@@ -255,7 +245,7 @@ async def _act(verb: str, session: Session, args: argparse.Namespace) -> int:
         print(f"{session.command}: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(record_json(record, full=True), ensure_ascii=False, indent=2))
+        emit(json.dumps(record_json(record, full=True), ensure_ascii=False, indent=2))
     else:
         said = ACTIONS[verb].said.format(id=args.id.strip(), arg=arg.strip(), scope=record.scope)
         if record.status == RecordStatus.DELETED:  # only an undone creation ends there

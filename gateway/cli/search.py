@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from gateway.cli.common import limit_type, record_json, with_storage
+from gateway.cli.common import emit, limit_type, record_json, with_storage
+from gateway.cli.users import FIND_USERS, resolve_user, unknown_user
 from gateway.config.model import Config
 
 if TYPE_CHECKING:
@@ -71,14 +72,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return 2
 
     async def work(storage: Storage) -> int:
-        user = await storage.identities.get_user(args.user)
+        user = await resolve_user(config, storage, args.user)
         if user is None:
-            print(f"clawgate memory search: no user {args.user!r}", file=sys.stderr)
+            print(f"clawgate memory search: {unknown_user(config, args.user)}", file=sys.stderr)
             return 2
         searcher = await _open_search(config, storage, embedder)
         found = await searcher.search(_actor(user), " ".join(args.query), args.limit)
         if args.json:
-            print(json.dumps(hits_json(found), ensure_ascii=False, indent=2))
+            emit(json.dumps(hits_json(found), ensure_ascii=False, indent=2))
         else:
             _print_hits(found, user.id)
         return 0
@@ -201,12 +202,13 @@ async def _run_batch(
 ) -> int:
     searcher = await _open_search(config, storage, embedder)
     failed = 0
+    nobody = False  # a line named a user nobody is: the way to find them is said once, at the end
 
     def fail(n: int, error: str) -> None:
         nonlocal failed
         failed += 1
         if args.json:
-            print(json.dumps({"line": n, "error": error}, ensure_ascii=False), flush=True)
+            emit(json.dumps({"line": n, "error": error}, ensure_ascii=False))
         else:
             print(f"line {n}: {error}", file=sys.stderr, flush=True)
 
@@ -219,18 +221,21 @@ async def _run_batch(
         except ValueError as exc:
             fail(n, str(exc))
             continue
-        user = await storage.identities.get_user(q.user)
+        user = await resolve_user(config, storage, q.user)
         if user is None:
             fail(n, f"no user {q.user!r}")
+            nobody = True
             continue
         found = await searcher.search(_actor(user), q.query, q.limit)
         if args.json:
             line = {"line": n, "user": user.id, "query": q.query, "results": hits_json(found)}
-            print(json.dumps(line, ensure_ascii=False), flush=True)
+            emit(json.dumps(line, ensure_ascii=False))
         else:
             print(f"line {n} · {user.id} · {q.query}")
             _print_hits(found, user.id, indent="  ")
             print(flush=True)
+    if nobody:
+        print(f"clawgate memory search: {FIND_USERS}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -240,13 +245,17 @@ async def _run_batch(
 def _search_archive(args: argparse.Namespace, config: Config) -> int:
     async def work(storage: Storage) -> int:
         hits = await storage.archive.search(" ".join(args.query), user_id=args.user, limit=args.limit)
+        # Here --user filters by the owner id each session recorded: a name nobody has is a note that
+        # explains the empty answer, not a refusal.
+        if args.user and not hits and await resolve_user(config, storage, args.user) is None:
+            print(f"note: {unknown_user(config, args.user)}", file=sys.stderr)
         if args.json:
             rows = []
             for h in hits:
                 row = dataclasses.asdict(h)
                 row["created_at"], row["archived_at"] = h.created_at.isoformat(), h.archived_at.isoformat()
                 rows.append(row)
-            print(json.dumps(rows, ensure_ascii=False, indent=2))
+            emit(json.dumps(rows, ensure_ascii=False, indent=2))
             return 0
         for h in hits:
             who = f"{h.role} ({h.author})" if h.author else h.role

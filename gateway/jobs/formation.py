@@ -4,6 +4,10 @@ there, and the admitted ones are written as pending evidence. memory/formation/a
 admitted, memory/formation/candidates.py what a candidate becomes (memory/trust/grounding.py whether its
 cited lines support it); this module queues, loads, asks and writes.
 
+The owner's records a run wrote are then compared with what their scope held by a `dedupe` job
+(gateway/session/adjudicate.py): an outdated note of the assistant's is superseded, anything a person
+wrote only proposed for change. Attributed records are never compared.
+
 Idempotent: every record of a run is written in one transaction, with a `source` naming the job;
 a run that finds records of its job already written writes nothing. The job's lease is renewed
 right before the write, which fences it: no second worker can hold the job during the write.
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -71,6 +75,9 @@ class Formation:
         self.on_change: Callable[[], None] | None = None
         # Where the turns whose messages formed a record learn about it (their recall traces).
         self.traces: TraceStore | None = None
+        # Queues the comparison of the owner's new records with their near-duplicates
+        # (gateway/session/adjudicate.py Duplicates.formed): (ids, owner, audience, conversation).
+        self.compare: Callable[[list[str], str | None, str, str], Awaitable[int | None]] | None = None
         self._access = write_access(config)
 
     def use_config(self, config: Config) -> None:
@@ -166,6 +173,7 @@ class Formation:
             if self.on_change is not None:
                 self.on_change()
             await self._trace_formed(conv, loaded.sources, kept, ids)
+            await self._compare(conv, kept, ids)
         return self._done(job, conv, by_class, left_out, dropped, kept)
 
     async def _propose(
@@ -225,6 +233,18 @@ class Formation:
             await self.traces.formed(conv.key, by_event)
         except Exception as exc:  # the records are written; a trace that misses them is logged, not retried
             event(log, "recall_trace_failed", logging.WARNING, session=conv.key, error=type(exc).__name__)
+
+    async def _compare(self, conv: Conversation, kept: list[Proposal], ids: list[str]) -> None:
+        """Queue the comparison of the owner's new records with what their scope held: an update may
+        supersede an older note. Attributed records are never compared (what someone said in a group
+        changes no other memory); their repeats were dropped by plan() already."""
+        owned = [rid for p, rid in zip(kept, ids, strict=True) if p.admission == Admission.OWNER]
+        if self.compare is None or not owned:
+            return
+        try:
+            await self.compare(owned, conv.owner, conv.audience, conv.key)
+        except Exception as exc:  # the records are written; a missed comparison leaves both standing
+            event(log, "memory_dedupe_queue_failed", logging.WARNING, session=conv.key, error=type(exc).__name__)
 
     def _writable(self, proposal: Proposal, conv: Conversation, dropped: Counter[str]) -> bool:
         """The policy's word on the target scope, asked as a scheduled run on behalf of the

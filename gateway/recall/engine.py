@@ -9,7 +9,8 @@ vector leg searches an in-memory index of every stored vector on SQLite, and the
 (pgvector's HNSW, memory.embed.index.DatabaseIndex) on PostgreSQL: chosen by the database URL.
 Every degradation is explicit and logged once per cooldown: no embedder yet or a slow query
 embedding (memory_recall_vector_degraded), items without a vector (memory_recall_coverage_gap), a
-model without a calibrated floor (memory_recall_missing_calibration)."""
+model without a calibrated floor (memory_recall_missing_calibration), a relevance gate that is
+loading, failed to load or was too slow (memory_recall_gate_degraded, gateway/recall/gate.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from gateway.config.model import Config
 from gateway.core.events import utcnow
 from gateway.core.logs import event
 from gateway.recall import prompt as recall_prompt
+from gateway.recall.gate import RelevanceGate
 from gateway.recall.legs import KINDS, PROJECT, Legs
 from gateway.recall.select import (
     TurnPolicy,
@@ -37,9 +39,11 @@ from gateway.session.memory_service import Found, MemoryService
 from gateway.turn.context import Section
 from gateway.turn.engine import NOTICE_AUTHOR
 from memory.archive.daily_index import DailyIndex
+from memory.changes import newer_first
 from memory.embed.embeddings import Embedder, make_embedder, model_info
 from memory.embed.index import DatabaseIndex, VectorIndex
 from memory.embed.pgvector import searched_in_database
+from memory.embed.providers import litellm_route, resolve_credentials
 from memory.embed.vectors import VectorStore, text_hash
 from memory.recall import (
     Cooldown,
@@ -54,6 +58,7 @@ from memory.recall import (
     selection,
 )
 from memory.records.model import MemoryRecord
+from memory.rerank import GateVerdict, merge_decisions
 from memory.store.storage import Storage
 from memory.trust.policy import Actor, Where
 
@@ -90,15 +95,40 @@ def _label(kind: str, place: str) -> str:
 
 def embedder_from_config(config: Config) -> Embedder | None:
     """The embedder memory.search configures; None for keyword search only. Cheap: the model is
-    loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run."""
+    loaded by its first use or `load()`, never here. ValueError for a model the provider cannot run.
+
+    A remote provider's key and address are memory.search's own, else `ai:`'s when the chat model is
+    of the same provider (memory.embed.providers.resolve_credentials); which setting each came from
+    is logged (`embedding_provider`), the key never. A key still missing is found out, logged with
+    its fix and degraded to keyword search by the embedder's `load()`."""
     search = config.memory.search
-    return make_embedder(
-        search.provider,
-        search.model,
-        threads=search.threads,
-        runtime=search.runtime,
+    if search.provider in (None, "", "local"):
+        return make_embedder(search.provider, search.model, threads=search.threads, runtime=search.runtime)
+    route = litellm_route(search.provider, search.model)
+    ai = config.ai
+    found = resolve_credentials(
+        route,
         api_base=search.api_base,
         api_key=search.api_key.get_secret_value() if search.api_key else None,
+        ai_model=ai.model,
+        ai_api_base=ai.api_base,
+        ai_api_key=ai.api_key.get_secret_value() if ai.api_key else None,
+        gemini_api_key=ai.gemini.api_key.get_secret_value() if ai.gemini.api_key else None,
+    )
+    event(
+        log,
+        "embedding_provider",
+        model=route,
+        key_from=found.key_from or "environment",
+        address_from=found.base_from or "provider default",
+    )
+    return make_embedder(
+        search.provider,
+        route,
+        api_base=found.api_base,
+        api_key=found.api_key,
+        key_from=found.key_from,
+        base_from=found.base_from,
     )
 
 
@@ -135,6 +165,8 @@ class TurnRecall:
         self._cursor: dict[str, str | None] = {}  # per kind: the last item embedded in this pass
         self._task: asyncio.Task[None] | None = None
         self._cooldown = Cooldown()  # each degradation logged once per cooldown, per gateway
+        # The cross-encoder second stage (memory.recall.relevance_gate); loads at start(), or at the first turn.
+        self.gate = RelevanceGate(config.memory.recall.relevance_gate, self._cooldown)
         self._names: dict[str, str] = {}  # identity → display name (see speakers())
         self._named = Names()  # the same display names, indexed for a query (built once a refresh)
         self._names_read = -math.inf
@@ -144,14 +176,17 @@ class TurnRecall:
         """Settings from a config reload (memory.recall); the embedder stays until a restart."""
         self.config = config
         self.settings = settings_from(config)
+        self.gate.configure(config.memory.recall.relevance_gate)  # another model loads anew
 
     # -- background: the embedder, the index, and embedding what is new ----------------------------
 
     def start(self) -> None:
+        self.gate.start()  # loads its model on a thread of its own: turns go ungated meanwhile
         if self.embedder is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._upkeep())
 
     async def stop(self) -> None:
+        self.gate.stop()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -352,6 +387,8 @@ class TurnRecall:
             calibrated_floor=model_info(self.embedder.model_id).min_cosine if self.embedder is not None else None,
             cooldown=self._cooldown,
             names=self._named,
+            dated=legs.dated,
+            zone=self.config.timezone,
         )
         event(
             log,
@@ -361,7 +398,8 @@ class TurnRecall:
             lexical_pool=settings.lexical_pool,
             vector_pool=settings.vector_pool,
         )
-        return await retriever.recall(query, utcnow()), legs.records
+        recall = await retriever.recall(query, utcnow())
+        return replace(recall, ranked=newer_first(recall.ranked)), legs.records
 
     def vectors_usable(self, settings: RecallSettings | None = None) -> bool:
         """Whether the vector leg may run: the index is loaded and the model has a cosine floor
@@ -405,10 +443,6 @@ class TurnRecall:
         started = time.perf_counter()
         if self.embedder is not None and self.index is None and self._cooldown.ready("embedder_loading"):
             event(log, "memory_recall_vector_degraded", logging.INFO, reason="embedder_loading")
-        gate = self.config.memory.recall.relevance_gate.model
-        if gate and self._cooldown.ready("memory_recall_gate_degraded"):
-            # No offline cross-encoder ships on PyPI: the second stage is skipped, and said so.
-            event(log, "memory_recall_gate_degraded", logging.WARNING, model=gate, reason="no offline cross-encoder")
         refused: dict[str, str] = {}
         recall, records = await self.rank(actor, where, query, refused=refused)
         now = utcnow()
@@ -419,7 +453,10 @@ class TurnRecall:
         ranked = confirmed_first(recall.ranked, disagreeing)
         strength = fused_strength if fused else lexical_strength(ranked)
         held = TurnPolicy(records, evidence_floor, strength, self.secrets, NOTICE_AUTHOR, self._screened)
-        decisions = selection(ranked, self.settings.max_chars, self.settings.k, self.settings.max_similar, held)
+        gated = await self.gate.judge(query, ranked)  # before selection: what it drops is never chosen
+        kept = [s for s in ranked if s.candidate.key not in gated.dropped] if gated.dropped else ranked
+        kept_decisions = selection(kept, self.settings.max_chars, self.settings.k, self.settings.max_similar, held)
+        decisions = merge_decisions(ranked, gated.dropped, kept_decisions)
         chosen_ids = {s.candidate.id for s, why in zip(ranked, decisions, strict=True) if why is None}
         labelled = settle_conflicts(chosen_ids, decisions, ranked, disagreeing)
         chosen = [s for s, why in zip(ranked, decisions, strict=True) if why is None]
@@ -430,11 +467,12 @@ class TurnRecall:
             **{k: v for k, v in describe(recall).items() if not isinstance(v, (list, dict))},
             evidence_floor=evidence_floor,
             evidence_floor_source=evidence_source,
+            **gated.log_fields(),
         )
         event(log, "turn_memory_recall", count=len(chosen), ms=(time.perf_counter() - started) * 1000)
         warnings = {rid: recall_prompt.Warnings(conflicts_with=cid) for rid, cid in labelled.items()}
         placed = recall_prompt.placed(chosen, records, now, warnings)
-        return TurnMemory(recall_prompt.sections(placed), ranked, decisions, records, placed, refused)
+        return TurnMemory(recall_prompt.sections(placed), ranked, decisions, records, placed, refused, gated.verdict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,3 +488,4 @@ class TurnMemory:
     records: Mapping[str, MemoryRecord] = field(default_factory=dict)
     placed: Sequence[tuple[Scored, str, str]] = ()
     refused: Mapping[str, str] = field(default_factory=dict)  # record id → why the read policy left it out
+    gate: GateVerdict | None = None  # the relevance gate's scores, when it ran

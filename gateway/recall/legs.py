@@ -1,7 +1,12 @@
 """The legs of a turn's recall for one person in one conversation: full text over records, archived
 messages and daily notes, the vector index, the threads around a hit, and loading what was found,
 every one behind the read policy (DESIGN §7). memory.recall fuses what they return; TurnRecall
-(gateway/recall/engine.py) builds them for each turn."""
+(gateway/recall/engine.py) builds them for each turn.
+
+Recall never re-injects what the conversation's own summary covers (DESIGN §12): the messages its
+open session archived into that summary (reason `summarized`) are no candidates there, by every leg.
+They stay in the archive for the memory tools and for the person's other conversations, and what
+was trimmed without a summary, flushed or cleared by a reset is still recalled."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from gateway.core.events import utcnow
@@ -25,15 +31,41 @@ from memory.archive.store import visible_in as archive_visible
 from memory.embed.index import DatabaseIndex, VectorIndex
 from memory.embed.pgvector import Reach
 from memory.recall import Candidate, Key
+from memory.records.dated import created_in as records_created_in
 from memory.records.model import MemoryRecord, ScopeKind
 from memory.records.reads import get_many_in as load_records
 from memory.records.search import search_in as records_search
+from memory.store.schema import archived_messages, sessions
 from memory.store.storage import Storage
 from memory.trust import policy
 from memory.trust.policy import Actor, Where, archive_scope
 
 KINDS = ("record", "archive", "daily")
 PROJECT = ScopeKind.PROJECT.value + ":"  # the prefix of every project scope
+
+# Which of some archived messages the open session of a conversation folded into its summary.
+_SUMMARIZED = select(archived_messages.c.id).where(
+    archived_messages.c.id.in_(bindparam("ids", expanding=True)),
+    archived_messages.c.reason == "summarized",
+    archived_messages.c.session_id.in_(
+        select(sessions.c.id).where(sessions.c.key == bindparam("key"), sessions.c.ended_at.is_(None))
+    ),
+)
+
+
+def summarized(conn: Connection, key: str | None, ids: Collection[int]) -> set[int]:
+    """The messages among `ids` that the open session of `key` archived into its summary."""
+    if key is None or not ids:
+        return set()
+    return set(conn.execute(_SUMMARIZED, {"ids": list(ids), "key": key}).scalars())
+
+
+def _uncovered(conn: Connection, key: str | None, hits: Sequence[Any]) -> list[Any]:
+    """`hits` (archived messages, or neighbours, with `id` and `session_key`) but those the
+    conversation's own summary covers. Only a hit of the conversation itself costs a query."""
+    own = [h.id for h in hits if h.session_key == key]
+    covered = summarized(conn, key, own) if own else set()
+    return [h for h in hits if h.id not in covered] if covered else list(hits)
 
 
 class Sources(Protocol):
@@ -135,6 +167,7 @@ class Legs:
         archived = []
         if "archived_messages" in filled:
             archived = archive_search(conn, terms, self.archive_user, self.archive_keys, limit, snippets=False)
+            archived = _uncovered(conn, self.where.conversation, archived)
         chunks = []
         if "daily_chunks" in filled:
             chunks = daily_search(conn, terms, self.daily_scopes, limit)
@@ -183,6 +216,15 @@ class Legs:
                 return found[:limit]
             want *= 4
 
+    async def dated(self, start: datetime | None, end: datetime, limit: int) -> Sequence[Key]:
+        """Records this person may see created in [start, end), newest first (a window the question
+        names); the loader applies the full read policy to them, as to every candidate."""
+        if not (self.scopes or self.include_projects):
+            return []
+        read = self.r.storage.db.read
+        ids = await read(records_created_in, self.scopes, self.include_projects, start, end, limit, utcnow())
+        return [("record", i) for i in ids]
+
     async def neighbours(self, keys: Sequence[Key], reach: int) -> Mapping[Key, Sequence[Key]]:
         """Archived messages and daily chunks next to these along their thread, up to `reach`
         steps (a record stands alone), with the new ones loaded: one transaction."""
@@ -202,7 +244,8 @@ class Legs:
         found: list[Candidate] = []
         messages = [int(i) for kind, i in keys if kind == "archive" and i.isdigit()]
         if messages and (self.archive_user is not None or self.archive_keys):
-            for n in archive_threads(conn, messages, reach, self.archive_user, self.archive_keys):
+            around = archive_threads(conn, messages, reach, self.archive_user, self.archive_keys)
+            for n in _uncovered(conn, self.where.conversation, around):
                 hit = ("archive", str(n.hit))
                 threads.setdefault(hit, {hit: n.hit})[("archive", str(n.id))] = n.id
                 found.append(self._archive_candidate(n))
@@ -246,6 +289,7 @@ class Legs:
         archived = []
         if messages and (self.archive_user is not None or self.archive_keys):
             archived = archive_visible(conn, messages, self.archive_user, self.archive_keys, snippets=False)
+            archived = _uncovered(conn, self.where.conversation, archived)
         chunks = [int(i) for i in todo.get("daily", ()) if i.isdigit()]
         found = daily_visible(conn, chunks, self.daily_scopes) if chunks and self.daily_scopes else []
         return records, archived, found

@@ -21,6 +21,7 @@ from gateway.core.logs import event
 from gateway.recall.engine import TurnMemory
 from gateway.turn.context import Section
 from memory.recall import CONFLICTING, NOTICE, SCREENED, WEAK_EVIDENCE
+from memory.rerank import BEYOND_GATE, DROPPED_BY_GATE
 from memory.store.traces import (
     BEYOND_LIMIT,
     CONTEXT_BUDGET,
@@ -68,6 +69,8 @@ LABELS = {
     SCREENED + "personal_data": "screened out: holds someone's contact details",
     SCREENED + "malformed": "screened out: malformed",
     POLICY: "left out by the read policy",
+    DROPPED_BY_GATE: "the relevance gate found it off the question",
+    BEYOND_GATE: "ranked past what the relevance gate reads",
 }
 CHANGE_WORDS = {
     "confirm": "confirmed",
@@ -106,7 +109,8 @@ def build_items(turn: TurnMemory, kept: Sequence[Section]) -> list[TraceItem]:
                 reason = CONTEXT_BUDGET
         record = turn.records.get(c.id) if c.kind == "record" else None
         pending = record is not None and policy.needs_confirmation(record)
-        items.append(TraceItem(c.kind, c.id, round(scored.score, 4), reason == INJECTED, reason, pending))
+        detail = turn.gate.detail(c.key) if reason == DROPPED_BY_GATE and turn.gate is not None else ""
+        items.append(TraceItem(c.kind, c.id, round(scored.score, 4), reason == INJECTED, reason, pending, detail))
     # Found in the person's own scopes, turned away by the read policy before ranking (rejected, say).
     items += [TraceItem("record", rid, 0.0, False, POLICY, detail=why) for rid, why in turn.refused.items()]
     return items

@@ -9,13 +9,14 @@ exactly like a record that does not exist, so ids cannot be probed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.config.model import Config
 from gateway.core.events import utcnow
 from gateway.core.logs import event
+from memory.records.duplicates import Settled
 from memory.records.model import (
     MemoryClass,
     MemoryRecord,
@@ -26,13 +27,15 @@ from memory.records.model import (
     ScopeKind,
     UsePolicy,
 )
-from memory.records.store import RecordError, RecordStore
+from memory.records.revisions import RevisionLog
+from memory.records.store import RecordError, RecordStore, undo_target
 from memory.trust import policy, writeback
 from memory.trust.policy import Actor, Where
 
 log = logging.getLogger("clawgate.memory")
 
 NOT_FOUND = "No memory {id} that you can see."
+COMPANION_TAG = "with:"  # a proposal's new record that its confirmation folds into the change
 AGENT_PREFIX = "agent:"
 INSTRUCTION = UsePolicy(can_use_as_instruction=True, can_use_as_evidence=True, requires_user_confirmation=False)
 # A person at a keyboard: what they store or edit is confirmed by their typing it.
@@ -117,6 +120,10 @@ class MemoryService:
         # Called after any record changed (the recall upkeep embeds what is new).
         self.on_change: Callable[[], None] | None = None
         self.access = write_access(config)
+        # Set by the gateway: compares a new record with its scope's near-duplicates
+        # (gateway/session/adjudicate.py), and the revision log an undo of a batch goes through.
+        self.dedupe: Callable[[Actor, Where, MemoryRecord, str | None], Awaitable[Settled]] | None = None
+        self.revisions: RevisionLog | None = None
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload (memory.write_access among them)."""
@@ -249,6 +256,14 @@ class MemoryService:
         self.changed()
         return record
 
+    async def remember_checked(self, actor: Actor, where: Where, text: str, **how: Any) -> Settled:
+        """`remember`, then the new record compared with its scope's near-duplicates (skipped,
+        replacing, merged, proposed, or queued for a background comparison): what became of it."""
+        record = await self.remember(actor, where, text, **how)
+        if self.dedupe is None:
+            return Settled("created", record)
+        return await self.dedupe(actor, where, record, how.get("author"))
+
     async def propose(
         self, actor: Actor, where: Where, action: str, record_id: str, text: str = "", *, author: str | None = None
     ) -> MemoryRecord:
@@ -258,26 +273,34 @@ class MemoryService:
         record = await self.get(actor, where, record_id)
         if record is None:
             raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
+        return await self.propose_for(record, action, text, author=author or agent_author(""), audience=where.audience)
+
+    async def propose_for(
+        self, record: MemoryRecord, action: str, text: str, *, author: str, audience: str, companion: str | None = None
+    ) -> MemoryRecord:
+        """The proposal itself, for a record the caller may see. `companion`: a new record the change
+        came with (a near-duplicate's comparison): confirming the proposal supersedes it too."""
         if policy.is_proposal(record):
             raise MemoryRefused("that is a proposed change itself; propose a change of the memory it names")
         content = record.content
         if action != "forget":
             self._screened(text)
             content = writeback.clean(text)
+        tags = policy.proposal_tags(action, record.id) + ((COMPANION_TAG + companion,) if companion else ())
         proposal = await self.records.create(
             content,
             memory_class=MemoryClass.EVIDENCE,  # unreviewed, it expires with the evidence it is
             provenance=Provenance.INFERRED,
             use_policy=PROPOSED,
             scope=record.scope,
-            author=author or agent_author(""),
+            author=author,
             review_status=ReviewStatus.PENDING,
             sensitivity=record.sensitivity,
             source=record.id,
-            origin_audience=where.audience,
-            tags=policy.proposal_tags(action, record.id),
+            origin_audience=audience,
+            tags=tags,
         )
-        event(log, "memory_change_proposed", id=proposal.id, target=record.id, action=action, run=actor.run)
+        event(log, "memory_change_proposed", id=proposal.id, target=record.id, action=action, companion=bool(companion))
         return proposal
 
     async def change_by_model(
@@ -350,7 +373,7 @@ class MemoryService:
                 raise MemoryRefused(NOT_FOUND.format(id=record_id.strip()))
             _model_guard(actor, gone)
             try:
-                undone = await self.records.undo(gone.id, who)
+                undone = await self._undo_batch(actor, where, gone, who) or await self.records.undo(gone.id, who)
                 self.changed()
                 return undone
             except RecordError as exc:
@@ -427,6 +450,25 @@ class MemoryService:
             return merged
         raise MemoryRefused(f"unknown review action {action!r}")
 
+    async def _undo_batch(self, actor: Actor, where: Where, record: MemoryRecord, who: str) -> MemoryRecord | None:
+        """When the change an undo of `record` would revert was one batch with other records (a
+        supersession, a merge), undo the whole batch, if `actor` may undo each of them; None when it
+        was a change of this record alone."""
+        if self.revisions is None:
+            return None
+        history = await self.records.revisions(record.id)
+        newest = undo_target((r.revision, r.action) for r in reversed(history))
+        change = next((r for r in history if r.revision == newest), None)
+        if change is None or change.batch is None:
+            return None
+        for member in await self.revisions.list(batch=change.batch):
+            other = await self.openable(actor, where, member.record_id)
+            if other is None or not policy.can_review(actor, other):
+                raise MemoryRefused(f"that change also changed {member.record_id}, which you cannot change")
+            _model_guard(actor, other)
+        done = await self.revisions.undo(change.id, who)
+        return next(r for r in done.records if r.id == record.id)
+
     async def _replacement(
         self, actor: Actor, where: Where, record: MemoryRecord, text: str, author: str | None
     ) -> MemoryRecord:
@@ -482,6 +524,7 @@ class MemoryService:
             done = await self.review(actor, where, "supersede", target.id, proposal.content)
         else:
             done = await self.review(actor, where, "edit", target.id, proposal.content)
+        await self._fold_companion(proposal, done, who)
         await self._update(
             proposal,
             who,
@@ -491,6 +534,19 @@ class MemoryService:
             superseded_by=done.id,
         )
         return done
+
+    async def _fold_companion(self, proposal: MemoryRecord, done: MemoryRecord, who: str) -> None:
+        """A confirmed proposal that came with a new record (its text is in the change): that record
+        is superseded by the result, so the fact is not held twice."""
+        tag = next((t for t in proposal.tags if t.startswith(COMPANION_TAG)), None)
+        other = await self.records.get(tag[len(COMPANION_TAG) :]) if tag else None
+        if (
+            other is not None
+            and other.status == RecordStatus.ACTIVE
+            and other.scope == done.scope
+            and other.id != done.id
+        ):
+            await self._update(other, who, "supersede", status=RecordStatus.SUPERSEDED, superseded_by=done.id)
 
     async def target_of(self, actor: Actor, where: Where, proposal: MemoryRecord) -> MemoryRecord | None:
         """The record a proposed change would change, as `actor` may see it now (None: not a

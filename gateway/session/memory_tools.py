@@ -13,7 +13,8 @@ from gateway.jobs.runner import JobRunner
 from gateway.session.memory_service import MemoryRefused, MemoryService, agent_author
 from gateway.turn.tools import Tool, ToolContext
 from memory.archive.store import ArchiveStore
-from memory.records.model import MemoryRecord, Scope
+from memory.records.duplicates import Settled
+from memory.records.model import MemoryRecord, Scope, ScopeKind
 from memory.trust.policy import ADMIN, PUBLIC, SYSTEM, Actor, Where, archive_scope, instruction_grade
 
 ARCHIVE_RESULT_CHARS = 500
@@ -123,13 +124,10 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         narrow = args.get("scope") == "personal"
         scope = Scope.personal(ctx.user_id) if narrow or where.audience != "team" else Scope.channel(ctx.session_key)
         try:
-            record = await service.remember(actor, where, content, scope=scope, author=agent_author(ctx.agent))
+            settled = await service.remember_checked(actor, where, content, scope=scope, author=agent_author(ctx.agent))
         except MemoryRefused as exc:
             return _json({"error": f"not stored: {exc}"})
-        ctx.wrote(record.id, "stored")
-        return _json(
-            {"stored": _brief(record), "note": "stored as evidence, in the person's review queue: they may confirm it"}
-        )
+        return _json(_stored(ctx, settled))
 
     async def update(ctx: ToolContext, args: dict[str, Any]) -> str:
         actor, where = _actor_where(service, ctx)
@@ -218,6 +216,32 @@ def memory_tools(service: MemoryService) -> list[Tool]:
             memory=True,
         ),
     ]
+
+
+def _stored(ctx: ToolContext, settled: Settled) -> dict[str, Any]:
+    """store_memory's answer: the stored memory, and what it did to a near-duplicate already there
+    (docs/recall.md, "Duplicates and supersession")."""
+    record, old = settled.record, settled.target
+    if settled.outcome == "skipped" and old is not None:
+        # In a group the person's own memory is never shown to the model (others read its replies).
+        shown = {"id": old.id} if ctx.audience == "team" and old.scope.kind == ScopeKind.PERSONAL else _brief(old)
+        return {"already_stored": shown, "note": "nothing new was stored: this memory already says it"}
+    ctx.wrote(record.id, "stored")
+    answer: dict[str, Any] = {
+        "stored": _brief(record),
+        "note": "stored as evidence, in the person's review queue: they may confirm it",
+    }
+    if old is not None and settled.outcome == "replaced":
+        ctx.wrote(old.id, "superseded")
+        answer["replaces"] = old.id
+    elif old is not None and settled.outcome == "merged":
+        ctx.wrote(old.id, "superseded")
+        answer["merged_from"] = old.id
+    elif old is not None and settled.outcome == "proposed" and settled.proposal is not None:
+        ctx.wrote(settled.proposal.id, "proposed")
+        answer["proposed"] = settled.proposal.id
+        answer["note"] += f"; replacing {old.id} waits for their review (a person wrote, confirmed or shares it)"
+    return answer
 
 
 def _limit(value: object, default: int, cap: int) -> int:

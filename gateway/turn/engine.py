@@ -55,7 +55,8 @@ def build_messages(
 ) -> list[dict[str, Any]]:
     """The system prompt (by default the agent's instructions alone; see gateway/turn/context.py), the
     session's summary, then its messages: the same prefix from turn to turn until the session is
-    next summarized or Memory.md changes (prompt-cache friendly)."""
+    next summarized or Memory.md changes (prompt-cache friendly, DESIGN §12). The turn's recall is
+    not part of it: context.attach_recall puts it into the newest user message afterwards."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system or system_prompt(agent)}]
     if summary:
         out.append({"role": "system", "content": f"{SUMMARY_HEADING}\n{summary}"})

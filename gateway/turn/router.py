@@ -25,7 +25,7 @@ from gateway.core.events import (
 from gateway.core.logs import event
 from gateway.core.metrics import Metrics
 from gateway.core.ports import Adapter, DeliveryError, KeyReused, RecordedReply, SessionBusy, Unavailable
-from gateway.recall.engine import TurnMemory, TurnRecall
+from gateway.recall.engine import TurnRecall
 from gateway.recall.trace import TraceRecorder
 from gateway.session.budget import FlushTarget, SessionMemory
 from gateway.session.memory_service import MemoryService
@@ -34,9 +34,9 @@ from gateway.turn.commands import chat as commands
 from gateway.turn.commands.context import AttemptLimiter, CommandContext
 from gateway.turn.context import PromptContext
 from gateway.turn.delivery import Delivery, reply_key
-from gateway.turn.engine import TurnEngine, build_messages
+from gateway.turn.engine import TurnEngine
 from gateway.turn.outage import StorageOutage
-from gateway.turn.tools import ToolContext
+from gateway.turn.prepare import TurnPreparer
 from gateway.turn.turnstile import Place, Turnstile
 from memory.store.db import StorageUnwritable
 from memory.store.identities import User
@@ -44,7 +44,6 @@ from memory.store.journal import PendingEvent
 from memory.store.leases import Lease, SessionLeases
 from memory.store.sessions import Message, SessionState
 from memory.store.storage import Storage
-from memory.trust.policy import Actor
 from memory.trust.redact import contains_secret, redact
 
 log = logging.getLogger("clawgate.router")
@@ -93,10 +92,13 @@ class Router:
         self._inflight: set[asyncio.Task[None]] = set()
         self._accepted: set[str] = set()  # journaled by `accept`, not yet handled
         self._secrets = secret_values(config)
+        # Prompt, recall, tools and the record of every turn: shared with the OpenAI-compatible API.
+        self.turns = TurnPreparer(config, storage, session_memory, context, memory, recall, traces)
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload: access lists, roles, agents and budgets for the next turns."""
         self.config = config
+        self.turns.config = config
         self._declared = config.declared_identities()
         self._secrets = secret_values(config)
 
@@ -426,23 +428,7 @@ class Router:
             state = await self._new_owner(state, key, agent.name, user.id)
         user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
-        turn_memory: TurnMemory | None = None
-        if self.recall is not None and self.memory is not None:
-            actor = Actor(user.id, frozenset(user.roles), "chat")
-            turn_memory = await self.recall.for_turn(actor, self.memory.where(audience, key), ev.text)
-        recalled = turn_memory.sections if turn_memory is not None else []
-        memory_sections = self.context.memory_sections(agent, user.id, audience, recalled)
-        system = self.context.render(agent, memory_sections)
-        await self.session_memory.before_turn(system, state, [user_msg], target)
-        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
-        ctx = ToolContext(
-            user_id=user.id,
-            session_key=key,
-            timezone=self.config.timezone,
-            audience=audience,
-            roles=user.roles,
-            agent=agent.name,
-        )
+        turn = await self.turns.prepare(agent, user, audience, state, user_msg, target)
         outcome = "ok"
         sent = None
         try:
@@ -451,7 +437,7 @@ class Router:
                     adapter,
                     ev.ref,
                     ev.event_id,
-                    self.engine.run(agent, prompt, ctx, ev.wants_stream and adapter.capabilities.can_edit),
+                    self.engine.run(agent, turn.prompt, turn.ctx, ev.wants_stream and adapter.capabilities.can_edit),
                 )
             result = delivered.result
             sent = delivered.sent
@@ -464,26 +450,7 @@ class Router:
         produced = result.produced if result is not None else []
         for message in produced:  # the event's reply, found again by a retry or a resumed turn
             message.event_id = ev.event_id
-        await self.storage.sessions.append(
-            state,
-            [user_msg, *produced],
-            finish_event=ev.event_id,
-            sent=sent,
-        )
-        self.session_memory.after_turn(agent, state)
-        if self.traces is not None:  # the reply is out: the trace is written in the background
-            self.traces.record(
-                turn_memory,
-                memory_sections,
-                ctx.written,
-                session_key=key,
-                user_id=user.id,
-                event_id=ev.event_id,
-                query=ev.text,
-                audience=audience,
-                public_person=user.has_role("public"),
-                lookups=ctx.lookups,
-            )
+        await self.turns.finish(turn, produced, finish_event=ev.event_id, sent=sent)
         return outcome
 
     async def _new_owner(self, state: SessionState, key: str, agent: str, user_id: str) -> SessionState:

@@ -1,7 +1,11 @@
 """OpenAI-compatible API: POST /v1/chat/completions (JSON and SSE) and GET /v1/models.
 
-With the request's `user` field set, the conversation lives on the gateway: only the newest user
-message is new input. Without it, each request is its own session built from its messages.
+The bearer token names the person; every request is a turn of that person's assistant, prepared as
+a chat turn is (gateway/turn/prepare.py): Memory.md, recall for the newest user message, the memory
+tools, a recall trace. With the request's `user` field set, the conversation lives on the gateway,
+in a direct conversation of its own (`api:dm:<person>:<user>`): only the newest user message is new
+input, and the session is summarized and forms memory as any chat's does. Without it, each request
+is its own session built from its messages, and nothing of it is kept.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from gateway.core.metrics import Metrics
 from gateway.core.ports import STORAGE_RETRY_SECONDS, SessionBusy, Throttled, retry_after
 from gateway.llm.client import Restart, TextDelta
 from gateway.session.budget import FlushTarget
-from gateway.turn.engine import TurnEngine, TurnResult, build_messages
+from gateway.turn.engine import TurnEngine, TurnResult
+from gateway.turn.prepare import PreparedTurn
 from gateway.turn.router import Router
-from gateway.turn.tools import ToolContext
 from gateway.web.auth import TokenAuth
 from gateway.web.server import cannot_save
 from memory.store.db import StorageUnwritable
+from memory.store.identities import User
 from memory.store.sessions import Message
 from memory.store.storage import Storage
 from memory.tokens import estimate_tokens
@@ -157,63 +162,74 @@ class OpenAIApi:
             raise _error(400, "'user' must be a string of 1-128 characters", "invalid_request_error")
         stream = bool(body.get("stream"))
         started = time.perf_counter()
+        cid = f"chatcmpl-{uuid.uuid4().hex}"
+        person = await self._person(user_id)
         if session_user:
             key = f"api:dm:{user_id}:{session_user}"
             try:
                 async with self.router.session_slot(key):
-                    response = await self._kept_session(request, agent, user_id, key, msgs, stream, model_name)
+                    response = await self._kept_session(request, agent, person, key, msgs, stream, model_name, cid)
             except SessionBusy:
                 raise _error(429, "too many requests waiting in this session", "rate_limit_error") from None
         else:
-            key = f"api:ephemeral:{uuid.uuid4().hex}"
-            system = self.router.context.system(agent, user_id, "personal")
-            prompt = [{"role": "system", "content": system}] + [m.to_llm() for m in msgs]
-            response, _ = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
+            turns = self.router.turns
+            turn = await turns.prepare_ephemeral(agent, person, f"api:ephemeral:{uuid.uuid4().hex}", msgs)
+            response, result = await self._respond(request, turn, stream, model_name, cid)
+            if result is not None:
+                await turns.finish(turn, result.produced)  # keeps nothing but the recall trace
         self.metrics.turn_latency.labels("api").observe(time.perf_counter() - started)
         return response
+
+    async def _person(self, user_id: str) -> User:
+        """The token's person as stored (their roles, as every turn reads them); the config's word
+        when the store does not know them yet."""
+        stored = await self.storage.identities.get_user(user_id)
+        if stored is not None:
+            return stored
+        declared = self.config.users.get(user_id)
+        return User(user_id, tuple(str(r) for r in declared.roles) if declared else ("user",))
 
     async def _kept_session(
         self,
         request: web.Request,
         agent: AgentConfig,
-        user_id: str,
+        person: User,
         key: str,
         msgs: list[Message],
         stream: bool,
         model_name: str,
+        cid: str,
     ) -> web.StreamResponse:
         newest = next((m for m in reversed(msgs) if m.role == "user"), None)
         if newest is None:
             raise _error(400, "no user message to answer", "invalid_request_error")
-        state = await self.storage.sessions.active(key, agent.name, user_id)
-        user_msg = Message("user", newest.content, author=f"api:{user_id}")
-        memory = self.router.session_memory
-        system = self.router.context.system(agent, user_id, "personal")
-        await memory.before_turn(system, state, [user_msg], FlushTarget("user", user_id))
-        prompt = build_messages(agent, list(state.recent), [user_msg], state.summary, system)
-        response, result = await self._respond(request, agent, user_id, key, prompt, stream, model_name)
+        state = await self.storage.sessions.active(key, agent.name, person.id, "personal")
+        # The completion's id stands for the inbound event: formation finds the turn's trace by it.
+        user_msg = Message("user", newest.content, author=f"api:{person.id}", event_id=cid)
+        target = FlushTarget.of(True, person.id, key, "personal")
+        turns = self.router.turns
+        turn = await turns.prepare(agent, person, "personal", state, user_msg, target)
+        response, result = await self._respond(request, turn, stream, model_name, cid)
         if result is not None:
-            await self.storage.sessions.append(state, [user_msg, *result.produced])
-            memory.after_turn(agent, state)
+            for message in result.produced:
+                message.event_id = cid
+            await turns.finish(turn, result.produced)
         return response
 
     async def _respond(
         self,
         request: web.Request,
-        agent: AgentConfig,
-        user_id: str,
-        key: str,
-        prompt: list[dict[str, Any]],
+        turn: PreparedTurn,
         stream: bool,
         model_name: str,
+        cid: str,
     ) -> tuple[web.StreamResponse, TurnResult | None]:
-        ctx = ToolContext(user_id=user_id, session_key=key, timezone=self.config.timezone)
-        cid = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        turn = self.engine.run(agent, prompt, ctx, stream)
+        prompt = turn.prompt
+        run = self.engine.run(turn.agent, prompt, turn.ctx, stream)
         if not stream:
             result: TurnResult | None = None
-            async for item in turn:
+            async for item in run:
                 if isinstance(item, TurnResult):
                     result = item
             assert result is not None
@@ -231,12 +247,12 @@ class OpenAIApi:
             return r
 
         result = None
-        async for item in turn:
+        async for item in run:
             if isinstance(item, TextDelta):
                 resp = resp or await open_stream()
                 await _sse(resp, _chunk(cid, created, model_name, {"content": item.text}, None))
             elif isinstance(item, Restart):
-                event(log, "api_stream_restarted", logging.WARNING, session=key)
+                event(log, "api_stream_restarted", logging.WARNING, session=turn.key)
             elif isinstance(item, TurnResult):
                 result = item
         assert result is not None

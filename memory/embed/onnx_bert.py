@@ -47,6 +47,7 @@ from memory.embed.minilm import (
     read_safetensors,
     read_spec,
     token_embeddings,
+    weights_prefix,
 )
 
 Array = npt.NDArray[np.float32]
@@ -219,7 +220,7 @@ def build_model(spec: BertSpec) -> Any:
     from onnx import TensorProto, checker, helper
 
     tensors = read_safetensors(spec.transformer_dir / "model.safetensors")
-    prefix = "" if "embeddings.word_embeddings.weight" in tensors else "bert."
+    prefix = weights_prefix(tensors)
 
     def t(name: str) -> npt.NDArray[Any]:
         found = tensors.get(prefix + name)
@@ -235,10 +236,11 @@ def build_model(spec: BertSpec) -> Any:
     axis = {n: g.const(f"axis_{n}".replace("-", "m"), np.array([n], dtype=np.int64)) for n in (0, 1, 2, -1)}
 
     # Embeddings: the token's row (gathered by the caller), its position's row (the table's first
-    # `tokens` rows), token type 0.
+    # `tokens` rows from the model's first position on: RoBERTa's start past its padding row), token type 0.
     words = "token_rows"
     length = g.op("Shape", ["attention_mask"], "length", start=1, end=2)
-    positions = g.const("position_embeddings", t("embeddings.position_embeddings.weight"))
+    table = t("embeddings.position_embeddings.weight")[spec.position_offset :]
+    positions = g.const("position_embeddings", np.ascontiguousarray(table))
     zero = g.const("zero", np.array([0], dtype=np.int64))
     position_rows = g.op("Slice", [positions, zero, length, axis[0]])
     token_type = g.const("token_type_0", t("embeddings.token_type_embeddings.weight")[0])

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.core.events import utcnow
 from memory.recall import BEYOND_LIMIT, CONFLICTING, NEAR_REPEAT, NOTICE, OVER_BUDGET, SCREENED, SCREENS, WEAK_EVIDENCE
+from memory.rerank import BEYOND_GATE, DROPPED_BY_GATE
 from memory.store.db import Database
 from memory.store.schema import memory_revisions, recall_traces
 from memory.trust.policy import HELD
@@ -52,6 +53,8 @@ REASONS = (
     NOTICE,
     *(SCREENED + screen for screen in SCREENS),
     POLICY,
+    DROPPED_BY_GATE,
+    BEYOND_GATE,
 )
 
 # Revisions that are not a later change of a record a trace names.
@@ -66,7 +69,7 @@ class TraceItem:
     used: bool
     reason: str  # one of REASONS
     needs_confirmation: bool = False  # a record waiting for the person's confirmation or review
-    detail: str = ""  # for POLICY: the read policy's sentence
+    detail: str = ""  # for POLICY: the read policy's sentence; for DROPPED_BY_GATE: the gate's score
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -32,6 +32,7 @@ from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
 from tests.e2e.test_chat_browser import CHROMIUM_MISSING, REPO_ROOT, WAIT_MS, _chromium_missing, _launch_chromium
 from tests.fakes.llm import FakeLLM
 from tests.memories import make_memory
+from tests.prompts import memory_of
 
 pytestmark = pytest.mark.browser
 
@@ -121,18 +122,18 @@ async def sign_in(tab: Watched, gw: Gateway, token: str, *, keyboard: bool = Fal
 
 
 def section(prompt: str, title: str) -> str:
-    """The text of one memory section of a system prompt ('' when it is not there)."""
+    """The text of one memory section of a prompt ('' when it is not there)."""
     found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=\n\n## |\Z)", prompt, re.S | re.M)
     return found[1] if found else ""
 
 
 async def ask(http: aiohttp.ClientSession, gw: Gateway, fake: FakeLLM) -> str:
-    """One chat turn as alice; the system prompt the model received."""
+    """One chat turn as alice; the memory its prompt carried (the system prompt, then the recall
+    before the newest message)."""
     r = await http.post(gw.url + "/api/v1/messages", json={"text": QUESTION}, headers=auth(ALICE_TOKEN))
     assert r.status == 200, await r.text()
-    system = fake.requests[-1]["messages"][0]
-    assert system["role"] == "system"
-    return str(system["content"])
+    assert fake.requests[-1]["messages"][0]["role"] == "system"
+    return memory_of(fake.requests[-1])
 
 
 @pytest.mark.timeout(120)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,12 +68,16 @@ Behavior = Reply | ToolCall | Fail | Hang | Gate | BreakStream
 def echo(request: dict[str, Any]) -> Behavior:
     last = next((m for m in reversed(request.get("messages", [])) if m.get("role") == "user"), None)
     content = last.get("content") if last else ""
+    if isinstance(content, str):  # the person's words, after the memory the gateway recalled before them
+        content = content.rpartition("\u27e6message\u27e7\n")[2]
     return Reply(f"echo: {content}")
 
 
 class FakeLLM:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []  # bodies of /v1/embeddings, with "_headers"
+        self.embedding_dim = 16
         self._scripts: dict[str | None, deque[Behavior]] = {}
         self.default: Callable[[dict[str, Any]], Behavior] = echo
         self._changed = asyncio.Condition()
@@ -95,6 +100,7 @@ class FakeLLM:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         self._runner, self.url = await serve_loopback(app)
         return self
 
@@ -123,6 +129,21 @@ class FakeLLM:
             if queue:
                 return queue.popleft()
         return self.default(body)
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """One vector per input: its words hashed into `embedding_dim` dimensions (texts sharing words are close)."""
+        body = await request.json()
+        body["_headers"] = dict(request.headers)
+        self.embedding_requests.append(body)
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for i, text in enumerate(texts):
+            vector = [0.0] * self.embedding_dim
+            for word in str(text).lower().split():
+                vector[zlib.crc32(word.encode()) % self.embedding_dim] += 1.0
+            data.append({"object": "embedding", "index": i, "embedding": vector})
+        usage = {"prompt_tokens": len(texts), "total_tokens": len(texts)}
+        return web.json_response({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
 
     async def _models(self, _request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})

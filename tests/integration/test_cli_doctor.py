@@ -248,7 +248,7 @@ async def test_local_embeddings_coverage_and_other_models_without_loading_the_mo
         "runtime": "onnx",
     }
     floor = checks["recall floor"]
-    assert floor["status"] == "ok" and floor["data"] == {"floor": 0.22, "source": "manifest"}
+    assert floor["status"] == "ok" and floor["data"] == {"floor": 0.17, "source": "manifest"}
     assert checks["vector coverage"] == {
         "name": "vector coverage",
         "status": "skip",
@@ -296,7 +296,8 @@ async def test_a_model_without_a_calibrated_floor_warns_until_one_is_set(tmp_pat
     assert rc == 0, err
     assert "imported: nothing heavy" in err  # LiteLLM is not even imported
     assert checks["embeddings"]["detail"] == (
-        "openai: openai/my-embedder, query prefix '', dimension unknown until first use"
+        "openai: openai/my-embedder, query prefix '', dimension unknown until first use, "
+        "address http://127.0.0.1:9/v1 (memory.search.api_base), key from memory.search.api_key"
     )
     floor = checks["recall floor"]
     assert floor["status"] == "warn" and floor["data"] == {"floor": None, "source": "missing_calibration"}

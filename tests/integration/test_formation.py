@@ -32,6 +32,7 @@ from memory.store.sessions import Message
 from tests.conftest import auth
 from tests.fakes.llm import Behavior, Fail, FakeLLM, Reply, echo
 from tests.fakes.telegram import FakeTelegram
+from tests.prompts import memory_of
 from tests.telegram_world import telegram_world
 from tests.waits import until
 
@@ -272,7 +273,7 @@ async def test_a_group_keeps_what_was_said_verbatim_and_nothing_the_line_does_no
         assert str(r.scope) == f"channel:{key}"
 
     await group_says(tg, ALICE, "when is the Friday demo?")
-    system = str(llm.requests[-1]["messages"][0]["content"])
+    system = memory_of(llm.requests[-1])
     [line] = [ln for ln in system.splitlines() if bob.id in ln]  # the record, as recall shows it
     assert "Bob (telegram:1002)" in line and "The Friday demo moved to 3pm" in line
     assert "now starts at" not in system and "hostname is crow" not in system

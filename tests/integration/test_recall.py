@@ -16,6 +16,7 @@ from memory.embed.index import DatabaseIndex, VectorIndex
 from tests.conftest import BOB_TOKEN, say
 from tests.fakes.llm import FakeLLM
 from tests.postgres import BACKENDS, fresh_database_url
+from tests.prompts import memory_of
 
 
 @pytest.fixture(params=BACKENDS)
@@ -32,7 +33,8 @@ async def gateway(gateway_factory: Any, fake_llm: FakeLLM, storage_overrides: di
 
 
 def system_of(fake: FakeLLM) -> str:
-    return str(fake.requests[-1]["messages"][0]["content"])
+    """The memory the last prompt carried: its system prompt, and the recall before the newest message."""
+    return memory_of(fake.requests[-1])
 
 
 async def test_lexical_recall_reaches_the_prompt_of_its_owner_only(

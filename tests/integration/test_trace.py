@@ -21,6 +21,7 @@ from tests.conftest import BOB_TOKEN, ROOT_TOKEN, make_config, say
 from tests.fakes.llm import FakeLLM, Reply, ToolCall
 from tests.fakes.telegram import FakeTelegram
 from tests.memories import memory_id
+from tests.prompts import recall_of
 from tests.waits import until
 
 SECRET = "sk-proj-" + "Q9w8E7r6" * 6
@@ -35,7 +36,8 @@ async def traces_of(gw: Gateway, user: str) -> list[Any]:
 async def test_a_memory_backed_turn_writes_one_trace_with_used_and_ignored_reasons(
     gateway_factory: Any, fake_llm: FakeLLM, http: aiohttp.ClientSession
 ) -> None:
-    gw: Gateway = await gateway_factory(fake_llm, memory__recall__limit=2)
+    # Two records with the same words: /remember would not store the second (memory.dedupe), recall must cope.
+    gw: Gateway = await gateway_factory(fake_llm, memory__recall__limit=2, memory__dedupe__enabled=False)
     first = memory_id(await say(http, gw, "/remember my favourite editor is Helix"))
     second = memory_id(await say(http, gw, "/remember Helix is my favourite editor"))  # the same words
     other = memory_id(await say(http, gw, "/remember my editor config uses a dark theme"))
@@ -49,8 +51,8 @@ async def test_a_memory_backed_turn_writes_one_trace_with_used_and_ignored_reaso
     assert {reasons[first], reasons[second]} == {INJECTED, NEAR_REPEAT}
     assert reasons[last] == BEYOND_LIMIT and reasons[other] == INJECTED
     assert all(i.used == (i.reason == INJECTED) for i in trace.items)
-    system = fake_llm.requests[-1]["messages"][0]["content"]
-    assert all((i.id in system) == i.used for i in trace.items)  # the trace says what the prompt carried
+    recalled = recall_of(fake_llm.requests[-1])
+    assert all((i.id in recalled) == i.used for i in trace.items)  # the trace says what the prompt carried
 
     await say(http, gw, "tell me a joke about ducks")  # nothing recalled, nothing written: no trace
     assert len(await traces_of(gw, "alice")) == 1

@@ -22,6 +22,7 @@ from memory.trust import policy
 from tests.fakes.llm import FakeLLM
 from tests.fakes.telegram import GROUP_ID, FakeTelegram
 from tests.memories import memory_id
+from tests.prompts import memory_of
 from tests.telegram_world import telegram_world
 from tests.waits import until
 
@@ -56,12 +57,12 @@ def section(system: str, title: str) -> str:
 
 
 async def ask(w: World, text: str, *, sender: int = MEMBER, chat_id: int = GROUP_ID) -> str:
-    """A mention of the bot in a group, once it is answered; the system prompt the model got for it."""
+    """A mention of the bot in a group, once it is answered; the memory its prompt carried."""
     _gw, tg, llm = w
     before, sent = len(llm.requests), len(tg.sent)
     await tg.group(text, sender=sender, chat_id=chat_id, mention=True)
     await until(lambda: len(llm.requests) > before and any(s.chat_id == chat_id for s in tg.sent[sent:]))
-    return str(llm.requests[before]["messages"][0]["content"])
+    return memory_of(llm.requests[before])
 
 
 async def command(w: World, text: str, *, sender: int = MEMBER, chat_id: int = GROUP_ID) -> str:
@@ -90,13 +91,12 @@ async def group_traces(gw: Gateway, at_least: int = 1) -> list[Any]:
 
 
 async def archive(gw: Gateway, key: str, said: list[tuple[str, str]]) -> None:
-    """`said` ((identity, text) pairs) as a group's archived messages, as a summary leaves them."""
+    """`said` ((identity, text) pairs) as a group's archived messages, as a /new leaves them (what the
+    open session's own summary covers is never recalled in it)."""
     assert gw.storage is not None
     state = await gw.storage.sessions.active(key, "default", None, "team")
     await gw.storage.sessions.append(state, [Message("user", text, author=who) for who, text in said])
-    last = state.recent[-1].id
-    assert last is not None
-    await gw.storage.sessions.archive(state, last, "summarized", summary="s")
+    await gw.storage.sessions.reset(key, "default", None)
 
 
 async def test_refused_text_never_comes_back_through_the_archive(world: World) -> None:

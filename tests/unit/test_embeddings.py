@@ -148,6 +148,10 @@ def test_manifest_has_the_calibrated_floor() -> None:
     assert minilm.calibrated_on is not None and "LoCoMo" in minilm.calibrated_on
     nomic = manifest["ollama/nomic-embed-text"]
     assert nomic.query_prefix == "search_query: " and nomic.min_cosine is None  # not calibrated here
+    multilingual_minilm = "sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2"
+    for multilingual in ("intfloat/multilingual-e5-small", multilingual_minilm):
+        assert manifest[multilingual].dim == 384
+    assert manifest["intfloat/multilingual-e5-small"].document_prefix == "passage: "
     raw = json.loads((REPO / "memory" / "embed" / "embedding_models.json").read_text())
     assert set(raw["models"]) == set(manifest)
 
@@ -170,6 +174,12 @@ def test_make_embedder_choices_and_errors() -> None:
     assert unknown is not None and unknown.dim == 0 and unknown.query_prefix == ""  # dim found on first call
     with pytest.raises(ValueError, match=r"unknown memory.search.provider 'cohere': one of local, openai, gemini"):
         make_embedder("cohere", None)
+    cohere = make_embedder("litellm", "cohere/embed-multilingual-v3.0")  # any LiteLLM route
+    assert isinstance(cohere, LiteLLMEmbedder) and cohere.dim == 1024
+    assert cohere.query_params == {"input_type": "search_query"}
+    assert cohere.document_params == {"input_type": "search_document"}
+    with pytest.raises(ValueError, match="needs a LiteLLM route, provider/model"):
+        make_embedder("litellm", "embed-multilingual-v3.0")
     with pytest.raises(ValueError, match="nothing is downloaded"):
         make_embedder("local", "BAAI/bge-small-en-v1.5")
     with pytest.raises(ValueError, match="threads must be at least 1"):

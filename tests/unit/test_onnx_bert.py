@@ -111,7 +111,7 @@ def test_the_childs_refusal_reaches_the_caller(tmp_path: Path) -> None:
     ("changes", "reason"),
     [
         ({"1_Pooling/config.json": CLS_POOLING}, "not mean pooling"),
-        ({"config.json": _json("config.json", model_type="roberta")}, "not 'bert'"),
+        ({"config.json": _json("config.json", model_type="distilbert")}, "not one of bert"),
         ({"tokenizer.json": None}, "no tokenizer.json"),
     ],
 )

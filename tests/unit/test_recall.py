@@ -9,6 +9,7 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,12 @@ from memory.recall import (
     Cooldown,
     Key,
     Names,
+    Recall,
     RecallSettings,
     Retriever,
     Scored,
     Vector,
+    describe,
     fuse,
     named_in,
     recency,
@@ -35,7 +38,13 @@ from memory.recall import (
     walk,
     without_names,
 )
-from memory.records.model import MemoryClass
+from memory.records.dated import created_in
+from memory.records.fields import NewRecord
+from memory.records.model import MemoryClass, Provenance, Scope
+from memory.store.storage import Storage
+from memory.trust.policy import trust_defaults
+from memory.when import find
+from tests.postgres import BACKENDS, database_url
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 # Fusion alone: no neighbours, no speaker, no recency, every class weighed 1.
@@ -548,3 +557,162 @@ async def test_a_candidate_without_a_vector_is_a_logged_coverage_gap(caplog: Any
 def test_scored_keeps_every_other_field() -> None:
     c = Candidate("archive", "7", "text", "s", NOW, MemoryClass.EVIDENCE, 0.5, 0.6, "Dana")
     assert c.scored(0.1, 0.2) == replace(c, lexical=0.1, cosine=0.2)
+
+
+# --- time in the question (memory/when.py) ------------------------------------------------------
+
+# NOW is Monday 2026-06-01 12:00 UTC: "in May" is the month just over.
+MAY = "what did I note in May"
+
+
+def test_a_dated_question_ranks_the_memory_made_then_above_an_otherwise_equal_one() -> None:
+    made_then = cand("in-may", 5, 0.6, age_days=20)  # 12 May
+    made_since = cand("june", 5, 0.6, age_days=0.25)  # this morning: newer, so recency prefers it
+    settings = RecallSettings()
+    assert order(fuse([made_then, made_since], settings, NOW, query=MAY)) == ["june", "in-may"]
+    ranked = fuse([made_then, made_since], settings, NOW, query=MAY, when=find(MAY, NOW))
+    assert order(ranked) == ["in-may", "june"]
+    assert [s.parts["when"] for s in ranked] == [1.0 + settings.time_boost, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("query", "boosted"),
+    [
+        ("what trip do I have in July?", None),  # a time ahead dates no memory
+        ("what did I mention recently", "new"),  # soft: a leaning, the soft boost
+        ("what did I note this week", "new"),
+        ("what is my favourite coffee", None),
+    ],
+)
+def test_which_windows_weigh(query: str, boosted: str | None) -> None:
+    new, old = cand("new", 5, 0.6, age_days=0.25), cand("old", 5, 0.6, age_days=90)
+    settings = RecallSettings(recency_half_life_days=0.0, time_outside=0.0)
+    ranked = fuse([old, new], settings, NOW, query=query, when=find(query, NOW))
+    when = {s.candidate.id: s.parts["when"] for s in ranked}
+    assert when["new"] > 1.0 if boosted else when["new"] == 1.0
+    # time_outside=0 leaves out what lies outside a hard window; "old" is outside every window here.
+    assert ("old" in when) is (query != "what did I note this week")
+
+
+def test_what_was_made_in_a_hard_window_is_spared_the_cosine_floor() -> None:
+    faint_then = cand("then", None, 0.1, age_days=20)
+    faint_later = cand("later", None, 0.1, age_days=0.25)
+    strong = cand("strong", None, 0.9, age_days=40)
+    when = find(MAY, NOW)
+    items = [faint_then, faint_later, strong]
+    assert order(fuse(items, RecallSettings(), NOW, min_cosine=0.3, when=when)) == ["strong", "then"]
+    strict = RecallSettings(time_spares_floor=False)
+    assert order(fuse(items, strict, NOW, min_cosine=0.3, when=when)) == ["strong"]
+
+
+class Dated(Pool):
+    """Pool's world, each item made on a day of its own, and who may see it (the loader's rule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items = {
+            "lisbon": ("Lisbon was sunny", [0.9, 0.44]),
+            "desk": ("Ordered a standing desk", [0.3, 0.95]),  # below the floor, no word of the question
+            "plant": ("Repotted the fig", [0.35, 0.94]),
+            "bobs": ("Bob's standing desk", [0.95, 0.31]),  # another person's: the loader refuses it
+            "moved": ("We moved to Lisbon", [0.0, 1.0]),
+            "vim": ("Editing with vim", [0.6, 0.8]),
+            "helix": ("Editing with helix", [0.6, 0.8]),
+        }
+        self.made = {
+            "lisbon": "2026-05-20",
+            "desk": "2026-05-10",
+            "plant": "2026-03-03",
+            "bobs": "2026-05-11",
+            "moved": "2026-04-15",
+            "vim": "2026-04-01",
+            "helix": "2026-04-20",
+        }
+        self.thread = []
+        self.asked: list[tuple[str, str]] = []
+
+    def candidate(self, item_id: str) -> Candidate:
+        made = datetime.fromisoformat(self.made[item_id]).replace(tzinfo=UTC)
+        return replace(cand(item_id, text=self.items[item_id][0]), created_at=made)
+
+    async def lexical(self, query: str, limit: int) -> list[tuple[Candidate, float]]:
+        self.asked.append(("lexical", query))
+        return [h for h in await super().lexical(query, limit) if h[0].id != "bobs"]
+
+    async def load(self, keys: Sequence[Key]) -> dict[Key, Candidate]:
+        return {k: c for k, c in (await super().load(keys)).items() if k[1] != "bobs"}
+
+    async def dated(self, start: datetime | None, end: datetime, limit: int) -> list[Key]:
+        made = {i: self.candidate(i).created_at for i in self.items}
+        inside = [i for i, t in made.items() if (start is None or t >= start) and t < end]
+        return [("record", i) for i in sorted(inside, key=made.__getitem__, reverse=True)][:limit]
+
+    async def embed(self, text: str) -> Vector:
+        self.asked.append(("vector", text))
+        return await super().embed(text)
+
+
+async def test_a_dated_question_finds_what_was_made_then_through_the_callers_rules() -> None:
+    pool = Dated()
+    settings = RecallSettings(min_cosine=0.5, vector_pool=2, recency_half_life_days=0.0)
+    retriever = Retriever(
+        settings, pool.lexical, pool.load, vector=pool.vector, embed_query=pool.embed, dated=pool.dated
+    )
+    result = await retriever.recall(MAY, NOW)
+    # The vector leg's best are "bobs", which the loader turns away, and "lisbon"; "desk" was made in
+    # May too, under the floor and named by no word of the question; "plant" is March's.
+    assert order(result.ranked) == ["lisbon", "desk"]
+    assert result.when is not None and result.when.phrase == "in May"
+    # The vector leg searches without the time's words (time_strip="vector"), the lexical leg with them.
+    assert sorted(pool.asked) == [("lexical", MAY), ("vector", "what did I note")]
+    plain = Retriever(settings, pool.lexical, pool.load, vector=pool.vector, embed_query=pool.embed)
+    assert order((await plain.recall(MAY, NOW)).ranked) == ["lisbon"]  # no dated lookup given
+
+
+async def test_an_event_is_dated_by_the_best_lexical_hit_for_its_words() -> None:
+    pool = Dated()
+    settings = RecallSettings(recency_half_life_days=0.0, vector_pool=7)
+    retriever = Retriever(settings, pool.lexical, pool.load, vector=pool.vector, embed_query=pool.embed)
+    result = await retriever.recall("what did I edit with before we moved?", NOW)
+    assert ("lexical", "moved") in pool.asked  # the event's words, through the caller's own leg
+    assert result.when is not None and result.when.end == datetime(2026, 4, 15, tzinfo=UTC)
+    ranks = order(result.ranked)
+    assert ranks.index("vim") < ranks.index("helix")  # equal but for when: vim came before the move
+    nothing = await retriever.recall("what did I edit with before the wedding?", NOW)  # no memory of it
+    assert nothing.when is None
+
+
+def test_the_window_is_logged_without_the_questions_words() -> None:
+    hint = find(MAY, NOW)
+    recall = Recall([], None, "config", False, 0, 1.0, hint)
+    assert describe(recall)["time_window"] == "2026-05-01T00:00+00:00/2026-06-01T00:00+00:00"
+    assert describe(recall)["time_hint"] == "hard" and "May" not in str(describe(recall))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_records_made_in_a_window_are_only_the_askers(backend: str, tmp_path: Path) -> None:
+    storage = await Storage.open(database_url(backend, tmp_path))
+    try:
+
+        def record(text: str, scope: str, made: str) -> NewRecord:
+            policy, review, cls = trust_defaults(Provenance.USER_CONFIRMED, True, Scope.parse(scope), False)
+            created = datetime.fromisoformat(made).replace(tzinfo=UTC)
+            return NewRecord(text, cls, Provenance.USER_CONFIRMED, policy, scope, "alice", review, created_at=created)
+
+        ids = await storage.records.import_batch(
+            [
+                record("desk", "personal:alice", "2026-05-10"),
+                record("lisbon", "personal:alice", "2026-05-20"),
+                record("fig", "personal:alice", "2026-03-03"),
+                record("bob's desk", "personal:bob", "2026-05-11"),
+                record("team rule", "global", "2026-05-31 23:59"),
+            ],
+            now=NOW,
+        )
+        may = (datetime(2026, 5, 1, tzinfo=UTC), datetime(2026, 6, 1, tzinfo=UTC))
+        found = await storage.db.read(created_in, ["personal:alice", "global"], False, *may, 10, NOW)
+        assert found == [ids[4], ids[1], ids[0]]  # newest first; not March's, never bob's
+        assert await storage.db.read(created_in, ["personal:alice"], False, None, may[0], 10, NOW) == [ids[2]]
+        assert await storage.db.read(created_in, [], False, *may, 10, NOW) == []
+    finally:
+        await storage.close()

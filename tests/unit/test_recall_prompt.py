@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gateway.config.model import AgentConfig
 from gateway.recall.prompt import FOLLOW, NOTES, WEIGH, Warnings, fold, placed, sections
-from gateway.turn.context import BEGIN, CLOSE, END, OPEN, PromptContext, fit
+from gateway.turn.context import BEGIN, CLOSE, END, MESSAGE, OPEN, RECALL_PREAMBLE, PromptContext, fit, recall_block
 from memory.recall import Candidate, Scored
 from memory.records.model import MemoryClass, MemoryRecord, Provenance, ReviewStatus, Scope, UsePolicy
 
@@ -145,9 +145,10 @@ def test_a_cut_keeps_whole_items_and_the_frame() -> None:
     assert fit([section], budget=20) == []  # not even one item fits: nothing, rather than half a line
 
 
-def test_the_preamble_explains_the_labels_once() -> None:
+def test_the_recall_block_explains_the_labels_once() -> None:
     rec = record("mem-a", "tea")
-    agent = AgentConfig(name="default", instructions="Be brief.")
-    system = PromptContext.render(agent, sections(placed([scored(Candidate.of_record(rec))], {rec.id: rec}, NOW)))
-    assert system.count("needs confirmation must be confirmed with the person") == 1
-    assert system.startswith("Be brief.")
+    block = recall_block(sections(placed([scored(Candidate.of_record(rec))], {rec.id: rec}, NOW)))
+    assert block.count("needs confirmation must be confirmed with the person") == 1
+    assert block.startswith(RECALL_PREAMBLE) and block.endswith(MESSAGE)
+    # The system prompt carries neither recall nor its legend: it stays the same from turn to turn.
+    assert PromptContext.render(AgentConfig(name="default", instructions="Be brief."), []) == "Be brief."

@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING
 
 from gateway.session.memory_service import MemoryRefused, MemoryService, describe
 from gateway.turn.commands import traces as trace_commands
+from memory.records.duplicates import Settled
+from memory.records.model import MemoryRecord, ScopeKind
 
 if TYPE_CHECKING:
     from gateway.turn.commands.context import CommandContext
     from memory.trust.policy import Actor, Where
 
+QUOTE_CHARS = 80  # of an existing memory, quoted in a reply
 REVIEW_ACTIONS = ("confirm", "edit", "evidence", "scope", "stale", "merge", "reject", "dispute", "supersede", "undo")
 USAGE = (
     "Usage: /memory search WORDS · /memory show ID · /memory list · /memory review · "
@@ -40,11 +43,43 @@ async def remember(ctx: CommandContext, args: str) -> str:
         )
     svc, actor, where = _who(ctx)
     try:
-        record = await svc.remember(actor, where, args, flag=flag, source=ctx.event.event_id)
+        settled = await svc.remember_checked(actor, where, args, flag=flag, source=ctx.event.event_id)
     except MemoryRefused as exc:
         return f"Not remembered: {exc}."
+    return remembered(settled, in_group=where.audience == "team")
+
+
+def remembered(settled: Settled, *, in_group: bool = False) -> str:
+    """What /remember answers: where the memory went, and what it did to a memory already there
+    (docs/recall.md, "Duplicates and supersession"). In a group, where others read the reply, what a
+    personal memory says is never quoted: only its id."""
+    record, old = settled.record, settled.target
+
+    def said(memory: MemoryRecord, before: str = " (", after: str = ")") -> str:
+        if in_group and memory.scope.kind == ScopeKind.PERSONAL:
+            return ""
+        text = " ".join(memory.content.split())
+        quoted = f'"{text[:QUOTE_CHARS]}…"' if len(text) > QUOTE_CHARS else f'"{text}"'
+        return f"{before}{quoted}{after}"
+
+    if settled.outcome == "skipped" and old is not None:
+        keep = f"/memory undo {record.id} keeps it anyway"
+        return f"Already noted as {old.id}{said(old)}: nothing new was stored. ({keep}.)"
     note = "" if record.review_status.value == "none" else " It waits for review before it is used as an instruction."
-    return f"Remembered as {record.id} ({record.scope}).{note}"
+    head = f"Remembered as {record.id} ({record.scope})"
+    if old is None or settled.outcome == "created":
+        return f"{head}.{note}"
+    if settled.outcome == "replaced":
+        return f"{head}; it replaces {old.id}{said(old)}.{note} (/memory undo {record.id} brings {old.id} back.)"
+    if settled.outcome == "merged":
+        merged = said(record, ": ", "")
+        return f"{head}, merged with {old.id}{merged}.{note} (/memory undo {record.id} undoes the merge.)"
+    if settled.outcome == "proposed" and settled.proposal is not None:
+        return (
+            f"{head}.{note} It may replace {old.id}{said(old)}, which you cannot change yourself: "
+            f"the change waits for review as {settled.proposal.id}."
+        )
+    return f"{head}.{note} It resembles {old.id}{said(old)}: whether it replaces it is checked in the background."
 
 
 async def forget(ctx: CommandContext, args: str) -> str:
