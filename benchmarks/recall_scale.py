@@ -39,7 +39,7 @@ speed is compared with the model's as the time the model alone would take for th
 
 Latency: each size is measured in a fresh child process on the database (a gateway restarting on
 it): the index is loaded by the upkeep, then 20 warm-up and 200 timed LoCoMo questions go through
-`TurnRecall.sections` (the three full-text legs, the query embedding, the vector leg, fusion and
+`TurnRecall.for_turn` (the three full-text legs, the query embedding, the vector leg, fusion and
 selection). The query embedding is timed inside the call; it runs beside the full-text legs, so "the
 call minus it" is what waiting for it did not hide, not the legs' own time. The
 same questions without an embedder (lexical recall only) are the baseline measured in the same
@@ -95,9 +95,8 @@ if str(ROOT) not in sys.path:
 
 from gateway.config.load import parse_config  # noqa: E402
 from gateway.config.model import Config  # noqa: E402
-from gateway.recall.engine import TurnRecall  # noqa: E402
+from gateway.recall.engine import TurnMemory, TurnRecall  # noqa: E402
 from gateway.session.memory_service import MemoryService  # noqa: E402
-from gateway.turn.context import Section  # noqa: E402
 from memory.archive.daily import DailyFiles  # noqa: E402
 from memory.archive.daily_index import DailyIndex, write_owner_marker  # noqa: E402
 from memory.embed.embeddings import Embedder, LocalEmbedder, make_embedder  # noqa: E402
@@ -608,22 +607,14 @@ async def upkeep_once(config: Config, storage: Storage, embedder: BenchEmbedder,
 
 # --- a turn's recall, measured in a fresh process ---------------------------------------------------
 
-_RECORD_ID = re.compile(r"\((mem-[a-z0-9]+), [^,()]+, \d{4}-\d{2}-\d{2}\)$", re.MULTILINE)
-_NOTE = re.compile(r"^- \[(earlier message|daily notes), \d{4}-\d{2}-\d{2}\] ", re.MULTILINE)
 
-
-def recalled_items(sections: Sequence[Section]) -> list[tuple[str, str]]:
-    """(kind, record id or exact text) of what a turn's sections carry."""
-    out: list[tuple[str, str]] = []
-    for s in sections:
-        if s.title.startswith("Memories"):
-            out += [("record", m.group(1)) for m in _RECORD_ID.finditer(s.text)]
-            continue
-        marks = list(_NOTE.finditer(s.text))
-        for j, m in enumerate(marks):
-            end = marks[j + 1].start() - 1 if j + 1 < len(marks) else len(s.text)
-            out.append(("archive" if m.group(1) == "earlier message" else "daily", s.text[m.end() : end]))
-    return out
+def recalled_items(turn: TurnMemory) -> list[tuple[str, str]]:
+    """(kind, record id or exact text) of what a turn put into its prompt: the items its selection
+    placed (TurnMemory.placed), read from the recall itself, not parsed back out of the prompt's text."""
+    return [
+        (s.candidate.kind, s.candidate.id if s.candidate.kind == "record" else s.candidate.text)
+        for s, _title, _line in turn.placed
+    ]
 
 
 @dataclass(slots=True)
@@ -638,14 +629,15 @@ class Asked:
 async def ask(
     recall: TurnRecall, actor: Actor, where: Where, queries: Sequence[str], embedder: BenchEmbedder | None = None
 ) -> Asked:
-    """Every question through `recall.sections`, one after another, timed (pg_recall.py too)."""
+    """Every question through `recall.for_turn` (what `sections` returns, with what was chosen), one
+    after another, timed (pg_recall.py too)."""
     out = Asked()
     for query in queries:
         asked = len(embedder.query_ms) if embedder is not None else 0
         t0 = time.perf_counter()
-        sections = await recall.sections(actor, where, query)
+        turn = await recall.for_turn(actor, where, query)
         out.ms.append((time.perf_counter() - t0) * 1000)
-        out.recalled.append(recalled_items(sections))
+        out.recalled.append(recalled_items(turn))
         if embedder is not None:
             out.embed_ms.append(embedder.query_ms[asked] if len(embedder.query_ms) > asked else 0.0)
     return out
@@ -1046,6 +1038,8 @@ def markdown(res: dict[str, Any]) -> str:
         lambda r: (
             f"{len(r['privacy']['leaks'])} {_verdict(not r['privacy']['leaks'])}"
             + (f" ({r['privacy']['unknown']} unrecognised)" if r["privacy"]["unknown"] else "")
+            if any(r["privacy"]["items"].values())
+            else "**nothing recalled: the check saw nothing**"
         ),
     )
 
@@ -1069,7 +1063,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"{large['records_total']:,} embedded | {res['missing_scan_ms']:.0f} ms | | |",
         "",
         f"{res['queries']} LoCoMo questions per size after {res['warmup']} warm-up ones, each through "
-        "`TurnRecall.sections` in a fresh process on the database, query embedding included. Records imported at "
+        "`TurnRecall.for_turn` in a fresh process on the database, query embedding included. Records imported at "
         f"{res['import_per_s']:,.0f}/s. Whole run {res['seconds'] / 60:.1f} min"
         + (" (vectors re-embedded: --fresh)." if res["fresh"] else "."),
     ]
@@ -1108,7 +1102,9 @@ def main() -> int:
         args.profile = str(Path(args.profile).resolve())
     res = asyncio.run(run(args))
     print(json.dumps(res, indent=2) if args.json else markdown(res))
-    return 1 if res["privacy_leaks"] else 0
+    # A check that saw nothing proves nothing: recall must have put something into the prompts.
+    vacuous = any(not any(r["privacy"]["items"].values()) for r in res["scales"])
+    return 1 if res["privacy_leaks"] or vacuous else 0
 
 
 if __name__ == "__main__":

@@ -217,7 +217,7 @@ class RecallConfig(Strict):
 
     vector_weight: Annotated[float, Field(ge=0, le=1)] = 0.7
     lexical_weight: Annotated[float, Field(ge=0, le=1)] = 0.3
-    recency_half_life_days: Annotated[float, Field(gt=0)] = 30.0
+    recency_half_life_days: Annotated[float, Field(gt=0)] = 90.0
     # The absolute cosine floor; null: the active model's calibrated value from its manifest (a model
     # without one is searched by keywords only, logged as memory_recall_vector_degraded).
     min_cosine_similarity: Annotated[float, Field(ge=-1, le=1)] | None = None
