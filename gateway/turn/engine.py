@@ -45,6 +45,22 @@ def system_prompt(agent: AgentConfig) -> str:
 
 SUMMARY_HEADING = "Summary of the earlier part of this conversation (older messages were archived):"
 
+# The frame recalled memory is quoted in (gateway/turn/context.py, gateway/recall/prompt.py):
+# mathematical brackets nobody types in a chat. Recall reaches the model in a user message
+# (context.attach_recall), so no other message may carry them: in a person's words (the newest ones
+# and those kept from earlier turns), the model's and a tool's output, they become plain brackets.
+OPEN, CLOSE = "\u27e6", "\u27e7"
+_UNFRAMED = {ord(OPEN): "[", ord(CLOSE): "]"}
+
+
+def unframed(message: dict[str, Any]) -> dict[str, Any]:
+    """`message` (an LLM message) with the frame's brackets in its text made plain; the same object
+    when there are none (most messages), so the prompt's stable part stays byte for byte the same."""
+    content = message.get("content")
+    if not isinstance(content, str) or (OPEN not in content and CLOSE not in content):
+        return message
+    return {**message, "content": content.translate(_UNFRAMED)}
+
 
 def build_messages(
     agent: AgentConfig,
@@ -63,7 +79,7 @@ def build_messages(
     for m in (*history, *new):
         if m.author == NOTICE_AUTHOR or m.role == "system":
             continue
-        out.append(m.to_llm())
+        out.append(unframed(m.to_llm()))
     return _drop_orphan_tool_results(out)
 
 
@@ -138,7 +154,7 @@ class TurnEngine:
                     event(log, "tool_called", session=ctx.session_key, tool=name, round=rounds)
                     res_msg = Message(role="tool", content=result, tool_call_id=tc["id"])
                     produced.append(res_msg)
-                    working.append(res_msg.to_llm())
+                    working.append(unframed(res_msg.to_llm()))  # a memory's text may hold the frame
                 continue
             text = final.text
             if not text.strip():

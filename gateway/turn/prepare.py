@@ -21,7 +21,7 @@ from gateway.recall.trace import TraceRecorder
 from gateway.session.budget import FlushTarget, SessionMemory
 from gateway.session.memory_service import MemoryService
 from gateway.turn.context import PromptContext, Section, attach_recall, recall_block
-from gateway.turn.engine import build_messages
+from gateway.turn.engine import build_messages, unframed
 from gateway.turn.tools import ToolContext
 from memory.store.identities import User
 from memory.store.sessions import Message, SessionState
@@ -97,7 +97,7 @@ class TurnPreparer:
         core = self.context.core_sections(agent, user.id, audience)
         recalled = self.context.recall_sections(core, turn_memory.sections if turn_memory is not None else [])
         system = self.context.render(agent, core)
-        prompt = [{"role": "system", "content": system}, *(m.to_llm() for m in messages)]
+        prompt = [{"role": "system", "content": system}, *(unframed(m.to_llm()) for m in messages)]
         prompt = attach_recall(prompt, recall_block(recalled))
         ctx = self._tools(agent, user, audience, key)
         return PreparedTurn(agent, user, key, audience, new, prompt, ctx, turn_memory, [*core, *recalled], None)
