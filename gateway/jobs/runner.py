@@ -67,7 +67,7 @@ class JobRunner:
         self._handlers: dict[str, Handler] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._running = 0
+        self._busy = 0  # workers claiming or running a job
         self._settled = asyncio.Event()  # set while nothing runs and nothing was due at the last look
 
     def register(self, kind: str, handler: Handler) -> None:
@@ -125,21 +125,25 @@ class JobRunner:
 
     async def _work(self, n: int) -> None:
         while True:
+            # Busy from the claim on, not only while a job runs: a worker that has just finished a job
+            # and is claiming the next of its key must keep the others from calling the runner
+            # settled (idle() returned with that next job still pending, seen on PostgreSQL).
+            self._busy += 1
             try:
-                job = await self.store.claim(self.worker_id, self.lease, self.kinds)
-            except Exception as exc:  # a busy or failing database: look again later
-                event(log, "job_claim_failed", logging.WARNING, error=type(exc).__name__)
-                job = None
-                await asyncio.sleep(1.0)
-            if job is not None:
-                self._running += 1
                 try:
+                    job = await self.store.claim(self.worker_id, self.lease, self.kinds)
+                except Exception as exc:  # a busy or failing database: look again later
+                    event(log, "job_claim_failed", logging.WARNING, error=type(exc).__name__)
+                    job = None
+                    await asyncio.sleep(1.0)
+                if job is not None:
                     await self._run(job)
-                finally:
-                    self._running -= 1
+            finally:
+                self._busy -= 1
+            if job is not None:
                 self._wake.set()  # the next job of its key may be due now: every worker looks again
                 continue
-            if self._running == 0:
+            if self._busy == 0:
                 self._settled.set()
             await self._wait()
 
