@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gateway.turn.context import BEGIN, CLOSE, END, OPEN, Section
+from gateway.turn.engine import PLAIN_BRACKETS
 from memory.recall import Scored
 from memory.records.model import MemoryRecord
 from memory.trust import policy
@@ -35,7 +36,6 @@ NOTES = "Earlier notes and messages that may be relevant"
 # The budget drops notes first, then evidence; Memory.md (0 and 1) is fitted before any of them.
 PRIORITY = {FOLLOW: 2, WEIGH: 3, NOTES: 4}
 
-_TRANSLATE = {ord(OPEN): "[", ord(CLOSE): "]"}
 # Markdown that starts a block (a heading, a list item, a quote, a rule or a fence) at a line's start.
 _BLOCK_MARKER = re.compile(r"^(?:#{1,6}(?=\s|$)|>+|[-*+](?=\s)|\d{1,9}[.)](?=\s)|[-*_=]{3,}|`{3,}|~{3,})\s*")
 _HEADING_RUN = re.compile(r"(?:^|(?<=\s))#{2,}(?=\s)")  # "## Title" in the middle of a folded line
@@ -72,7 +72,7 @@ def fold(text: str) -> str:
     at the start of each line and heading runs dropped, the label brackets replaced, whitespace
     collapsed."""
     lines = []
-    for line in _visible(text).translate(_TRANSLATE).split("\n"):
+    for line in _visible(text).translate(PLAIN_BRACKETS).split("\n"):
         line = line.strip()
         while True:  # "> - ## x" holds three markers
             stripped = _BLOCK_MARKER.sub("", line, count=1)

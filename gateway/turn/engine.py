@@ -50,7 +50,7 @@ SUMMARY_HEADING = "Summary of the earlier part of this conversation (older messa
 # (context.attach_recall), so no other message may carry them: in a person's words (the newest ones
 # and those kept from earlier turns), the model's and a tool's output, they become plain brackets.
 OPEN, CLOSE = "\u27e6", "\u27e7"
-_UNFRAMED = {ord(OPEN): "[", ord(CLOSE): "]"}
+PLAIN_BRACKETS = {ord(OPEN): "[", ord(CLOSE): "]"}  # str.translate: the frame's brackets made plain
 
 
 def unframed(message: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def unframed(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     if not isinstance(content, str) or (OPEN not in content and CLOSE not in content):
         return message
-    return {**message, "content": content.translate(_UNFRAMED)}
+    return {**message, "content": content.translate(PLAIN_BRACKETS)}
 
 
 def build_messages(

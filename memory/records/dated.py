@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from memory.records.search import _searchable as searchable
+from memory.records.search import SEARCHABLE, searchable_params
 from memory.store.schema import memory_records
 
 
@@ -31,7 +31,7 @@ def created_in(
     before `end`), newest first."""
     if not scopes and not include_projects:
         return []
-    where = [*searchable(scopes, include_projects, now), memory_records.c.created_at < end]
+    where = [*SEARCHABLE, memory_records.c.created_at < end]
     if start is not None:
         where.append(memory_records.c.created_at >= start)
     stmt = (
@@ -40,4 +40,4 @@ def created_in(
         .order_by(memory_records.c.created_at.desc(), memory_records.c.seq.desc())
         .limit(limit)
     )
-    return list(conn.execute(stmt).scalars())
+    return list(conn.execute(stmt, searchable_params(scopes, include_projects, now)).scalars())

@@ -35,7 +35,6 @@ from memory.archive.fulltext import (
 )
 from memory.archive.fulltext_pg import PG_LANGUAGE, pg_cjk_text, pg_like_score, pg_needles, pg_words_for
 from memory.records.model import MemoryClass, MemoryRecord, RecordStatus, ScopeKind
-from memory.records.reads import unexpired
 from memory.records.rows import record_of
 from memory.store.schema import memory_records
 
@@ -46,20 +45,25 @@ _FTS_TABLES: dict[str, tuple[Any, ColumnElement[Any]]] = {
 }
 
 
-def _searchable(scopes: Sequence[str], include_projects: bool, now: datetime) -> list[ColumnElement[bool]]:
-    """What search may return (see the module docstring), and only in the given scopes."""
-    where_scope: list[ColumnElement[bool]] = []
-    if scopes:
-        where_scope.append(memory_records.c.scope.in_(list(scopes)))
-    if include_projects:
-        where_scope.append(memory_records.c.scope_kind == ScopeKind.PROJECT.value)
-    return [
-        or_(*where_scope),
-        memory_records.c.status == RecordStatus.ACTIVE.value,
-        memory_records.c.memory_class != MemoryClass.TRACE.value,
-        unexpired(now),
-        memory_records.c.origin_audience != "public",
-    ]
+# What search may return (see the module docstring), with the scopes asked, whether every project's
+# memory counts too and the time as parameters (searchable_params): every statement here is built
+# with it, the hot ones once at import, so that a turn only binds values. Building a select with its
+# filters each call cost more than SQLite's own work on a small store (1.5 ms of 3.9 at 10,000 records).
+SEARCHABLE = (
+    or_(
+        memory_records.c.scope.in_(bindparam("b_scopes", expanding=True)),
+        and_(bindparam("b_projects", type_=Boolean), memory_records.c.scope_kind == ScopeKind.PROJECT.value),
+    ),
+    memory_records.c.status == RecordStatus.ACTIVE.value,
+    memory_records.c.memory_class != MemoryClass.TRACE.value,
+    or_(memory_records.c.expires_at.is_(None), memory_records.c.expires_at > bindparam("b_now")),
+    memory_records.c.origin_audience != "public",
+)
+
+
+def searchable_params(scopes: Sequence[str], include_projects: bool, now: datetime) -> dict[str, Any]:
+    """The values SEARCHABLE binds."""
+    return {"b_scopes": list(scopes), "b_projects": include_projects, "b_now": now}
 
 
 def search_fts(
@@ -67,7 +71,7 @@ def search_fts(
 ) -> list[tuple[MemoryRecord, float]]:
     """SQLite: FTS5 ranked by bm25 (negative, lower is better: flipped here), newest first on ties;
     the CJK trigram index too when the query holds CJK (memory.archive.fulltext.split_cjk)."""
-    params = {"b_scopes": list(scopes), "b_projects": include_projects, "b_now": now}
+    params = searchable_params(scopes, include_projects, now)
 
     def porter(words: Sequence[str]) -> list[tuple[MemoryRecord, float]]:
         q = fts_expression(informative_terms(conn, "memory_records_fts", words))
@@ -86,11 +90,10 @@ def search_fts(
         rows = conn.execute(
             select(memory_records, score)
             # IN, not a join: SQLite then walks the index's ids instead of scanning every record.
-            .where(
-                memory_records.c.seq.in_(select(docs.c.id)), or_(*matched), *_searchable(scopes, include_projects, now)
-            )
+            .where(memory_records.c.seq.in_(select(docs.c.id)), or_(*matched), *SEARCHABLE)
             .order_by(score.desc(), memory_records.c.seq.desc())
-            .limit(limit)
+            .limit(limit),
+            params,
         ).all()
         return [(record_of(r), float(r.score)) for r in rows]
 
@@ -106,21 +109,6 @@ RANKED_FIRST = 200
 RANK_FIRST_FROM = 5_000  # indexed texts
 
 
-# What recall may find (_searchable) with the scopes, the projects switch and the time as parameters:
-# the statements below are built once, so that a turn only binds values. Building a select with its
-# filters each call cost more than SQLite's own work on a small store (1.5 ms of 3.9 at 10,000 records).
-_SEARCHABLE = (
-    or_(
-        memory_records.c.scope.in_(bindparam("b_scopes", expanding=True)),
-        and_(bindparam("b_projects", type_=Boolean), memory_records.c.scope_kind == ScopeKind.PROJECT.value),
-    ),
-    memory_records.c.status == RecordStatus.ACTIVE.value,
-    memory_records.c.memory_class != MemoryClass.TRACE.value,
-    or_(memory_records.c.expires_at.is_(None), memory_records.c.expires_at > bindparam("b_now")),
-    memory_records.c.origin_audience != "public",
-)
-
-
 def _statements(fts_table: str) -> tuple[Executable, Executable, Executable]:
     """(the best `b_pool` matches joined and filtered, every match joined and filtered, whether there
     are `b_pool` matches or more) for one FTS5 table; `b_match` is the MATCH expression."""
@@ -132,14 +120,14 @@ def _statements(fts_table: str) -> tuple[Executable, Executable, Executable]:
     ranked_first = (
         select(memory_records, best_sub.c.rank)
         .select_from(best_sub.join(memory_records, memory_records.c.seq == best_sub.c.seq))
-        .where(*_SEARCHABLE)
+        .where(*SEARCHABLE)
         .order_by(best_sub.c.rank, memory_records.c.seq.desc())
         .limit(bindparam("b_limit"))
     )
     every = (
         select(memory_records, rank.label("rank"))
         .select_from(fts.join(memory_records, memory_records.c.seq == fts.c.rowid))
-        .where(matches, *_SEARCHABLE)
+        .where(matches, *SEARCHABLE)
         .order_by(rank, memory_records.c.seq.desc())
         .limit(bindparam("b_limit"))
     )
@@ -181,9 +169,10 @@ def search_like(
     score = sum((case((m, 1), else_=0) for m in matched), start=literal_column("0")).label("score")
     rows = conn.execute(
         select(memory_records, score)
-        .where(or_(*matched), *_searchable(scopes, include_projects, now), *also)
+        .where(or_(*matched), *SEARCHABLE, *also)
         .order_by(score.desc(), memory_records.c.seq.desc())
-        .limit(limit)
+        .limit(limit),
+        searchable_params(scopes, include_projects, now),
     ).all()
     return [(record_of(r), float(r.score)) for r in rows]
 
@@ -204,9 +193,10 @@ def search_pg(
         rank = func.ts_rank(vector, func.to_tsquery(PG_LANGUAGE, asked.rank)).label("rank")
         rows = conn.execute(
             select(memory_records, rank)
-            .where(vector.op("@@")(query), *_searchable(scopes, include_projects, now))
+            .where(vector.op("@@")(query), *SEARCHABLE)
             .order_by(rank.desc(), memory_records.c.seq.desc())
-            .limit(limit)
+            .limit(limit),
+            searchable_params(scopes, include_projects, now),
         ).all()
         found.append([(record_of(r), float(r.rank)) for r in rows])
     # CJK runs, and words inside CJK text ("Tokyo" in "我在Tokyo工作"), by LIKE over the records that
