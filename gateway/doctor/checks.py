@@ -264,6 +264,7 @@ async def check_disk(ctx: Context) -> Result:
 async def check_embeddings(ctx: Context) -> Result:
     from gateway.recall.engine import embedder_from_config
     from memory.embed.embeddings import LOCAL_MODEL_ID, LiteLLMEmbedder, LocalEmbedder, local_model_path
+    from memory.embed.manifest import base_model
 
     config = ctx.config()
     search = config.memory.search
@@ -295,7 +296,7 @@ async def check_embeddings(ctx: Context) -> Result:
     detail = f"{search.provider}: {embedder.model_id}, query prefix {embedder.query_prefix!r}, dimension {dim}"
     if isinstance(embedder, LiteLLMEmbedder):
         return await _remote_embedder(ctx, embedder, detail, data)
-    if isinstance(embedder, LocalEmbedder) and embedder.model_id == LOCAL_MODEL_ID:
+    if isinstance(embedder, LocalEmbedder) and base_model(embedder.model_id) == LOCAL_MODEL_ID:
         # The bundled model's files, found without loading it (that takes seconds).
         try:
             path: Path | None = local_model_path()
@@ -356,12 +357,12 @@ def _local_runtime(embedder: Any, path: Path) -> tuple[str, str]:
     if importlib.util.find_spec("onnxruntime") is None:
         return ("numpy" if embedder.runtime == "auto" else "onnx"), "onnxruntime is not installed"
     try:
-        graph = cached_graph(path, embedder.cache_dir)
+        graph = cached_graph(path, embedder.cache_dir, embedder.precision)
     except UnsupportedModelError as exc:
         return "numpy", str(exc)
     if graph is None:
         return "onnx", "its graph is built at the first start, in about 2 s"
-    return "onnx", f"graph cached in {graph.parent}"
+    return "onnx", f"{embedder.precision} graph cached in {graph.parent}"
 
 
 async def check_floor(ctx: Context) -> Result:

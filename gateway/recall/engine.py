@@ -103,7 +103,9 @@ def embedder_from_config(config: Config) -> Embedder | None:
     its fix and degraded to keyword search by the embedder's `load()`."""
     search = config.memory.search
     if search.provider in (None, "", "local"):
-        return make_embedder(search.provider, search.model, threads=search.threads, runtime=search.runtime)
+        return make_embedder(
+            search.provider, search.model, threads=search.threads, runtime=search.runtime, precision=search.precision
+        )
     route = litellm_route(search.provider, search.model)
     ai = config.ai
     found = resolve_credentials(
@@ -195,6 +197,11 @@ class TurnRecall:
     def wake(self) -> None:
         """Something searchable was written: embed it soon."""
         self._wake.set()
+
+    async def loaded(self) -> None:
+        """Return once the embedding model and the stored vectors are loaded (or failed to)."""
+        if self.embedder is not None:
+            await self._loaded.wait()
 
     async def caught_up(self, timeout: float = 60) -> None:
         """Once the index is loaded, embed and regroup everything outstanding now (tests, CLI)."""

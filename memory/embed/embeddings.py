@@ -29,6 +29,7 @@ with none found for it, the embedder refuses to load, and says what to set
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 import logging
@@ -45,10 +46,10 @@ import numpy.typing as npt
 
 from gateway.core.logs import event
 from memory.embed.errors import EmbeddingError as EmbeddingError
+from memory.embed.manifest import INT8_SUFFIX, PRECISIONS, model_info
 from memory.embed.manifest import MANIFEST as MANIFEST
 from memory.embed.manifest import ModelInfo as ModelInfo
 from memory.embed.manifest import load_manifest as load_manifest
-from memory.embed.manifest import model_info
 from memory.embed.providers import DEFAULT_MODELS as DEFAULT_MODELS
 from memory.embed.providers import PROVIDERS as PROVIDERS
 from memory.embed.providers import key_fix, litellm_route, route_provider
@@ -62,6 +63,9 @@ BATCH_SIZE = 64
 # (~0.1-0.3 s on one thread), and on a CPU larger batches are no faster (every text is padded to
 # the longest of its batch; texts are sorted by length first, so chunks stay tight).
 LOCAL_CHUNK = 16
+# Queries remembered for the documents that repeat them: a turn's message is recall's query, then an
+# archived message, embedded again by the upkeep moments later (1 of the 2 documents a turn adds).
+RECENT_QUERIES = 1024  # 1.5 MiB of 384-dimensional vectors
 QUERY, DOCUMENTS = 0, 1  # worker priorities: lower goes first
 # LocalEmbedder's runtimes: "auto" tries onnx (memory.embed.onnx_bert), then numpy (memory.embed.minilm), then
 # sentence-transformers, each falling back for a model it does not run (or a package not installed).
@@ -182,16 +186,25 @@ class LocalEmbedder:
         batch_size: int = BATCH_SIZE,
         runtime: str = "auto",
         cache_dir: Path | None = None,
+        precision: str = "int8",
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+        if runtime in ("numpy", "sentence-transformers"):
+            precision = "fp32"  # only the onnx runtime quantizes
         self.threads = threads
-        self.model_id = model_id
+        # int8 vectors are stored apart from fp32 ones (manifest.INT8_SUFFIX). "auto" falling back to
+        # numpy (no onnxruntime) then computes fp32 vectors for the int8 space: cosine 0.99 to what
+        # int8 gives, logged as such (embedding_runtime precision=fp32).
+        self.model_id = model_id + INT8_SUFFIX if precision == "int8" else model_id
         self.batch_size = batch_size
         self.runtime = runtime  # after load(): the runtime in use: "onnx", "numpy" or "sentence-transformers"
         self.cache_dir = cache_dir
+        self.precision = precision  # the onnx runtime's matrices: int8 (memory.embed.onnx_bert.quantize) or fp32
         self._path = Path(model_path) if model_path is not None else None
         info = model_info(model_id)
         self.query_prefix = info.query_prefix
@@ -200,6 +213,10 @@ class LocalEmbedder:
         self._encode: Encode | None = None
         self._load_lock = threading.Lock()
         self._worker = _Worker("clawgate-embed")
+        # Only where a query and a document of the same text get the same vector (no prefixes).
+        self._recent: collections.OrderedDict[str, Vectors] | None = (
+            collections.OrderedDict() if self.query_prefix == self.document_prefix else None
+        )
 
     @property
     def dim(self) -> int:
@@ -217,6 +234,16 @@ class LocalEmbedder:
     async def embed_documents(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self._dim), dtype=np.float32)
+        known = {i: v for i, v in enumerate(map(self._recent.get, texts)) if v is not None} if self._recent else {}
+        if known:
+            rest = [i for i in range(len(texts)) if i not in known]
+            fresh = await self.embed_documents([texts[i] for i in rest]) if rest else None
+            out = np.empty((len(texts), self._dim), dtype=np.float32)
+            for i, vec in known.items():
+                out[i] = vec
+            if fresh is not None:
+                out[rest] = fresh
+            return out
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         chunk = max(1, min(LOCAL_CHUNK, self.batch_size))
         parts = [
@@ -232,6 +259,10 @@ class LocalEmbedder:
 
     async def embed_query(self, text: str) -> Vectors:
         result: Vectors = await self._worker.run(QUERY, self._encode_sync, [self.query_prefix + text])
+        if self._recent is not None:
+            self._recent[text] = result[0]
+            if len(self._recent) > RECENT_QUERIES:
+                self._recent.popitem(last=False)
         return result[0]
 
     def close(self) -> None:
@@ -270,6 +301,8 @@ class LocalEmbedder:
             break
         if encode is None:
             encode = self._load_sentence_transformers(path)
+        if self.precision == "int8" and self.runtime != "onnx":
+            ctx["precision"] = "fp32"  # what this runtime computes, for the int8 space (see __init__)
         if fallbacks:
             ctx["reason"] = "; ".join(fallbacks)
         event(log, "embedding_runtime", level, runtime=self.runtime, **ctx)
@@ -280,10 +313,10 @@ class LocalEmbedder:
         from memory.embed.onnx_bert import OnnxSentenceEncoder
 
         started = time.perf_counter()
-        encoder = OnnxSentenceEncoder(path, threads=self.threads, cache_dir=self.cache_dir)
+        encoder = OnnxSentenceEncoder(path, threads=self.threads, cache_dir=self.cache_dir, precision=self.precision)
         self._dim = encoder.dim
         self.runtime = "onnx"
-        notes: dict[str, Any] = {"graph": str(encoder.model_file.parent)}
+        notes: dict[str, Any] = {"graph": str(encoder.model_file.parent), "precision": self.precision}
         if encoder.built:
             notes["built_s"] = round(time.perf_counter() - started, 2)
         return lambda texts: encoder.encode(texts, batch_size=self.batch_size), notes
@@ -488,6 +521,7 @@ def make_embedder(
     api_key: str | None = None,
     runtime: str = "auto",
     *,
+    precision: str = "int8",
     key_from: str | None = None,
     base_from: str | None = None,
 ) -> Embedder | None:
@@ -503,9 +537,9 @@ def make_embedder(
         return None
     if provider == "local":
         if not model or model in LOCAL_ALIASES:
-            return LocalEmbedder(threads, runtime=runtime)
+            return LocalEmbedder(threads, runtime=runtime, precision=precision)
         if Path(model).is_dir():
-            return LocalEmbedder(threads, model_path=model, model_id=model, runtime=runtime)
+            return LocalEmbedder(threads, model_path=model, model_id=model, runtime=runtime, precision=precision)
         raise ValueError(
             f"memory.search.model {model!r}: the local provider runs {LOCAL_MODEL_ID} (bundled) "
             "or a sentence-transformers model directory; nothing is downloaded"

@@ -37,7 +37,7 @@ from tests.fakes.slack import Hang as SlackHang
 from tests.fakes.telegram import FakeTelegram
 from tests.fakes.telegram import Hang as TelegramHang
 
-MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL = "sentence-transformers/all-MiniLM-L6-v2#int8"  # the default precision's vector space
 
 
 def _head() -> str:
@@ -387,10 +387,10 @@ async def test_the_local_runtime_is_reported_without_building_or_importing_it(tm
     from memory.embed.onnx_bert import cached_model
 
     config = _config(tmp_path, search={"provider": "local"})
-    graph, _ = cached_model(local_model_path(), tmp_path / "cache" / "onnx")  # what a first start does
+    graph, _ = cached_model(local_model_path(), tmp_path / "cache" / "onnx", "int8")  # what a first start does
     rc, checks, err = await _doctor(config)
     assert rc == 0 and "imported: nothing heavy" in err, err
-    assert checks["embeddings"]["detail"].endswith(f"runtime onnx (graph cached in {graph.parent})")
+    assert checks["embeddings"]["detail"].endswith(f"runtime onnx (int8 graph cached in {graph.parent})")
     assert checks["embeddings"]["data"]["runtime"] == "onnx"
 
     config = _config(tmp_path, search={"provider": "local", "runtime": "numpy"})

@@ -88,6 +88,9 @@ async def _start(name: str, config: Path) -> GatewayProcess:
     instance = await GatewayProcess.start(config, name=name)
     # Ready, and LiteLLM imported: the import holds the GIL for seconds on a busy machine.
     await instance.wait_log("llm_loaded", timeout=60)
+    # `clawgate run` then takes what it loaded out of the garbage collector's walks (Gateway._freeze_heap).
+    line = await instance.wait_log("heap_frozen", timeout=30)
+    assert int(line.split("objects=")[1].split()[0]) > 100_000, line  # LiteLLM alone makes that many
     return instance
 
 

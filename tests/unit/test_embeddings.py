@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def minilm() -> Iterator[LocalEmbedder]:
     """Loaded once for the module (seconds); its worker thread is not tied to any test's loop."""
-    embedder = LocalEmbedder(threads=1)
+    # fp32: the model's exact numbers, so that a text's vector is the same alone and in any batch (int8
+    # quantizes activations per call: a batch's other texts move a vector a little).
+    embedder = LocalEmbedder(threads=1, precision="fp32")
     asyncio.run(embedder.load())
     yield embedder
     embedder.close()
@@ -76,6 +78,28 @@ async def test_the_query_prefix_is_applied_to_queries_only(minilm: LocalEmbedder
         assert float(prefixed @ plain_doc) < 0.999
     finally:
         minilm.query_prefix = ""
+
+
+async def test_a_document_that_repeats_a_recent_query_is_not_encoded_again(
+    minilm: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[str] = []
+    real = minilm._encode_sync
+
+    def counting(texts: list[str]) -> np.ndarray:
+        encoded.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(minilm, "_encode_sync", counting)
+    asked = await minilm.embed_query("did we book the ferry to Hydra?")
+    docs = await minilm.embed_documents(["The ferry leaves at nine", "did we book the ferry to Hydra?"])
+    assert encoded == ["did we book the ferry to Hydra?", "The ferry leaves at nine"]  # the turn's message once
+    assert np.array_equal(docs[1], asked)
+    assert docs[0] @ asked < 0.99
+    # A model that prefixes queries (e5's "query: ") embeds the two sides differently: never reused.
+    e5 = LocalEmbedder(model_id="intfloat/multilingual-e5-small", precision="fp32")
+    assert e5.query_prefix != e5.document_prefix and e5._recent is None
+    e5.close()
 
 
 async def test_concurrent_calls_queue_and_the_loop_stays_free(minilm: LocalEmbedder) -> None:
@@ -132,6 +156,10 @@ async def test_loads_with_the_network_unreachable(minilm: LocalEmbedder, monkeyp
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["TRANSFORMERS_OFFLINE"] == "1"
 
 
+# The space `clawgate memory embed` fills with the default config (memory.search.precision: int8).
+GATEWAY_MODEL = LOCAL_MODEL_ID + "#int8"
+
+
 def test_importing_the_module_does_not_import_torch() -> None:
     probe = "import sys, memory.embed.embeddings; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     out = subprocess.run(
@@ -160,7 +188,7 @@ def test_make_embedder_choices_and_errors() -> None:
     assert make_embedder(None, None) is None and make_embedder("", "anything") is None  # keyword only
     for model in (None, "", LOCAL_MODEL_ID, "all-MiniLM-L6-v2"):
         local = make_embedder("local", model, threads=2)
-        assert isinstance(local, LocalEmbedder) and local.model_id == LOCAL_MODEL_ID and local.threads == 2
+        assert isinstance(local, LocalEmbedder) and local.model_id == LOCAL_MODEL_ID + "#int8" and local.threads == 2
         assert not local.loaded  # nothing heavy happens until it is used
     remote = make_embedder("openai", None, api_base="http://127.0.0.1:9/v1", api_key="sk-x")
     assert isinstance(remote, LiteLLMEmbedder) and remote.model_id == "openai/text-embedding-3-small"
@@ -341,7 +369,7 @@ async def _coverage(tmp_path: Path) -> dict[str, tuple[int, int]]:
 
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:
-        return await VectorStore(storage.db).coverage(LOCAL_MODEL_ID)
+        return await VectorStore(storage.db).coverage(GATEWAY_MODEL)
     finally:
         await storage.close()
 
@@ -360,9 +388,9 @@ async def test_backfill_continues_a_partial_run_re_embeds_edits_and_drops_the_fo
         # An earlier run that was interrupted after its first batch: 8 records kept. Since then one of
         # them was edited and another forgotten.
         vectors = VectorStore(storage.db)
-        done = await vectors.missing("record", LOCAL_MODEL_ID, 8)
+        done = await vectors.missing("record", GATEWAY_MODEL, 8)
         rng = np.random.default_rng(0)
-        await vectors.upsert("record", [(i, text_hash(t), rng.standard_normal(384)) for i, t in done], LOCAL_MODEL_ID)
+        await vectors.upsert("record", [(i, text_hash(t), rng.standard_normal(384)) for i, t in done], GATEWAY_MODEL)
         edited, forgotten = done[0][0], done[1][0]
         await storage.records.update(edited, actor="alice", action="edit", content="Alice now prefers coffee")
         await storage.records.forget(forgotten, "alice")
@@ -375,18 +403,18 @@ async def test_backfill_continues_a_partial_run_re_embeds_edits_and_drops_the_fo
     assert "27 to embed (record 22, archive 3, daily 2)" in err
     assert "removed 1 vectors of items no longer searchable" in err
     assert "embedded 28/28 (100%)" in err
-    assert "embedded 28 items with sentence-transformers/all-MiniLM-L6-v2 in" in out and "memories/s" in out
+    assert "embedded 28 items with sentence-transformers/all-MiniLM-L6-v2#int8 in" in out and "memories/s" in out
     assert "coverage: record 29/29, archive 3/3, daily 2/2" in out
     storage = await Storage.open(f"sqlite:///{tmp_path}/data/clawgate.db")
     try:
         vectors = VectorStore(storage.db)
-        assert await vectors.missing("record", LOCAL_MODEL_ID, 50) == []
-        stored = {item: vec for _, item, vec in await vectors.vectors(LOCAL_MODEL_ID, limit=100)}
+        assert await vectors.missing("record", GATEWAY_MODEL, 50) == []
+        stored = {item: vec for _, item, vec in await vectors.vectors(GATEWAY_MODEL, limit=100)}
     finally:
         await storage.close()
     assert forgotten not in stored
     expected = (await minilm.embed_documents(["Alice now prefers coffee"]))[0]
-    assert stored[edited] == pytest.approx(expected, abs=1e-4)  # the model's vector of the new text
+    assert float(stored[edited] @ expected) > 0.98  # the model's vector of the new text (int8 against fp32)
 
 
 async def test_backfill_force_and_a_config_without_embeddings(tmp_path: Path) -> None:

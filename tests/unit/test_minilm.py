@@ -320,7 +320,10 @@ async def test_other_models_fall_back_to_sentence_transformers(
     finally:
         embedder.close()
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embedding_runtime")]
-    assert line.startswith(f"embedding_runtime runtime=sentence-transformers model={path} threads=1 reason=")
+    # The configured precision names the vector space; this runtime computes fp32 and says so.
+    assert line.startswith(
+        f"embedding_runtime runtime=sentence-transformers model={path}#int8 threads=1 precision=fp32 reason="
+    )
     assert "not mean pooling" in line
     mean_vectors = await reference.embed_documents(["My sister adopted a puppy", "The tax report is due"])
     assert np.sum(cls_vectors * mean_vectors, axis=1).max() < 0.99  # it pooled as its config says
