@@ -72,6 +72,7 @@ LIVE_CHANNEL_KEYS = frozenset(
         "allow_from",
         "audience",
         "max_attachment_bytes",
+        "media",
         "max_message_chars",
     }
 )

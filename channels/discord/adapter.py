@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import discord
@@ -27,12 +30,13 @@ from channels.discord.calls import platform_call, trace_config
 from channels.discord.commands import ack_text, command_definitions
 from channels.discord.config import DiscordChannelConfig
 from channels.discord.errors import DiscordStartError
+from channels.discord.media import locate, media_origins
 from channels.discord.normalize import command_name, normalize, normalize_command
 from channels.discord.payloads import channel_payload, interaction_payload, message_payload
 from channels.discord.render import render, rendered_length
-from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.events import Attachment, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
 
 log = logging.getLogger("clawgate.channels.discord")
 T = TypeVar("T")
@@ -42,6 +46,9 @@ MAX_LENGTH = 2000
 MAX_RATELIMIT_TIMEOUT = 30.0
 # Discord drops an interaction not answered within 3 s: a later acknowledgement is useless.
 ACK_DEADLINE = 3.0
+# An interaction's token takes follow-ups for 15 minutes; a little less, to be sure.
+INTERACTION_TTL = 14 * 60.0
+MAX_INTERACTIONS = 512
 
 
 class DiscordAdapter:
@@ -63,13 +70,22 @@ class DiscordAdapter:
             threads=True,
             max_length=MAX_LENGTH,
             length=rendered_length,
-            min_edit_interval=1.0,
+            pacing=pacing,
+            rendered=render,
+            final_edit_matters=False,  # an edit shows its content, final or not
         )
+        # Groups: a personal command's answer is an ephemeral follow-up to its interaction.
+        self.capabilities = replace(self.capabilities, private_commands=True)
+        # Slash commands waiting for their answer, by event id: an ephemeral answer is a follow-up
+        # through the interaction's token, which Discord honours for 15 minutes.
+        self._interactions: OrderedDict[str, tuple[float, discord.Interaction]] = OrderedDict()
         self._commands, rejected = command_definitions(services.commands)
         if rejected:
             event(log, "discord_commands_invalid", logging.WARNING, channel=name, names=",".join(rejected))
         self._command_names = frozenset(c["name"] for c in self._commands)
         self._endpoints = endpoints.endpoints_for(config.api_base_url, config.gateway_url)
+        # Attachments are downloaded by gateway/media from Discord's file hosts only (docs/media.md).
+        self.media_origins = media_origins(config)
         endpoints.claim(name, self._endpoints)
         self._client: discord.Client | None = None
         self._runner: asyncio.Task[None] | None = None
@@ -130,6 +146,8 @@ class DiscordAdapter:
         endpoints.release(self.name)
 
     async def send(self, msg: OutboundMessage) -> MessageRef:
+        if msg.private_to is not None:
+            return await self._send_private(msg)
         client = self._live_client("send")
         conv = msg.conversation
         channel = client.get_partial_messageable(_snowflake(conv.thread_id or conv.chat_id, "send"))
@@ -145,6 +163,17 @@ class DiscordAdapter:
         sent = await self._call("send", lambda: channel.send(content=text, **extra))
         return MessageRef(conv, str(sent.id))
 
+    async def _send_private(self, msg: OutboundMessage) -> MessageRef:
+        """An ephemeral follow-up to the slash command the message answers: only its user sees it."""
+        found = self._interactions.get(msg.in_reply_to_event or "")
+        if found is None or time.monotonic() - found[0] > INTERACTION_TTL:
+            # Never posted for everyone instead: the answer is for one person only.
+            raise DeliveryError("discord private answer: its slash command is gone or expired", retryable=False)
+        interaction = found[1]
+        text = render(msg.text)
+        sent = await self._call("followup", lambda: interaction.followup.send(content=text, ephemeral=True, wait=True))
+        return MessageRef(msg.conversation, str(sent.id))
+
     async def edit(self, ref: MessageRef, text: str, final: bool) -> None:
         client = self._live_client("edit")
         conv = ref.conversation
@@ -152,6 +181,22 @@ class DiscordAdapter:
         message = channel.get_partial_message(_snowflake(ref.message_id, "edit"))
         content = render(text)
         await self._call("edit", lambda: message.edit(content=content))
+
+    async def react(self, ref: MessageRef, reaction: str) -> None:
+        message = self._partial_message(ref, "react")
+        await self._call("react", lambda: message.add_reaction(reaction))
+
+    async def unreact(self, ref: MessageRef, reaction: str) -> None:
+        message = self._partial_message(ref, "unreact")
+        me = self._live_client("unreact").user
+        if me is None:
+            raise DeliveryError("discord unreact failed: not logged in", retryable=True)
+        await self._call("unreact", lambda: message.remove_reaction(reaction, me))
+
+    def _partial_message(self, ref: MessageRef, what: str) -> discord.PartialMessage:
+        conv = ref.conversation
+        channel = self._live_client(what).get_partial_messageable(_snowflake(conv.thread_id or conv.chat_id, what))
+        return channel.get_partial_message(_snowflake(ref.message_id, what))
 
     @asynccontextmanager
     async def typing(self, conv: ConversationRef) -> AsyncIterator[None]:
@@ -171,6 +216,10 @@ class DiscordAdapter:
         if not self._online:
             return Health(False, "connecting" if not self._connected.is_set() else "reconnecting")
         return Health(True, f"connected latency_ms={client.latency * 1000:.0f}")
+
+    async def locate_media(self, attachment: Attachment) -> tuple[str, dict[str, str]]:
+        """Where an attachment of a message is: its CDN URL (gateway/media downloads it)."""
+        return await locate(attachment)
 
     # -- client ----------------------------------------------------------------------------------
 
@@ -310,11 +359,18 @@ class DiscordAdapter:
         payload = interaction_payload(interaction)
         name = command_name(payload)
         ev = normalize_command(payload, channel=self.name, known=self._command_names)
+        if ev is not None:
+            self._keep_interaction(ev.event_id, interaction)
         # Answer first, so the ephemeral note shows above the reply the turn will post.
         await self._ack(interaction, ack_text(name, name in self._command_names, ev is not None))
         if self._client is None or self._client.is_closed():
             return  # stopped while acknowledging: no new turns
         self._hand_off(ev)  # even when the ack failed: the person did type the command
+
+    def _keep_interaction(self, event_id: str, interaction: discord.Interaction) -> None:
+        self._interactions[event_id] = (time.monotonic(), interaction)
+        while len(self._interactions) > MAX_INTERACTIONS:
+            self._interactions.popitem(last=False)
 
     async def _ack(self, interaction: discord.Interaction, text: str) -> None:
         """Interaction response type 4 (CHANNEL_MESSAGE_WITH_SOURCE), flags 64 (ephemeral)."""
@@ -395,6 +451,13 @@ class DiscordAdapter:
                 if not exc.retryable:
                     return  # e.g. no permission in this channel: trying again will not help
             await asyncio.sleep(self.typing_interval)
+
+
+def pacing(conv: ConversationRef) -> tuple[Rate, ...]:
+    """Discord counts a channel's message creates and edits in one bucket (about 5 per 5 s). Its
+    live state (X-RateLimit-Remaining) stays inside discord.py's private buckets, so the budget is a
+    fixed one under it: an edit every 1.25 s, leaving room for the channel's other messages."""
+    return (Rate(f"channel:{conv.thread_id or conv.chat_id}", 0.8),)
 
 
 def _bot_roles(guild: discord.Guild | None) -> tuple[str, ...]:

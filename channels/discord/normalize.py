@@ -84,6 +84,7 @@ def normalize(
         edited=edited,
         received_at=_time(edit_stamp if edited else data.get("timestamp")),
         raw=data,
+        message_id=message_id,
     )
 
 
@@ -131,6 +132,7 @@ def normalize_command(data: Mapping[str, Any], *, channel: str, known: Collectio
         mentions_bot=True,  # a slash command is addressed to the bot wherever it is used
         received_at=_snowflake_time(interaction_id),
         raw=data,
+        private_reply=True,  # an ephemeral follow-up to the interaction (DiscordAdapter.send)
     )
 
 
@@ -199,8 +201,16 @@ def _reply(data: Mapping[str, Any], ref: ConversationRef, bot_id: str) -> tuple[
 
 
 def _attachment(a: Mapping[str, Any]) -> Attachment:
-    size = a.get("size")
-    return Attachment(str(a.get("content_type") or "file"), a.get("filename"), size if isinstance(size, int) else None)
+    """An attachment with its CDN URL, which the gateway downloads it from (docs/media.md)."""
+    size, url, mime, seconds = a.get("size"), a.get("url"), a.get("content_type"), a.get("duration_secs")
+    return Attachment(
+        str(mime or "file"),
+        a.get("filename"),
+        size if isinstance(size, int) and not isinstance(size, bool) else None,
+        url if isinstance(url, str) and url else None,
+        mime if isinstance(mime, str) and mime else None,
+        float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else None,
+    )
 
 
 def _time(stamp: object) -> datetime:

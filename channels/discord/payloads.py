@@ -25,7 +25,14 @@ def message_payload(message: discord.Message) -> dict[str, Any]:
         "mentions": [user_payload(u) for u in message.mentions],
         "mention_roles": [str(r) for r in message.raw_role_mentions],
         "attachments": [
-            {"id": str(a.id), "filename": a.filename, "size": a.size, "content_type": a.content_type}
+            {
+                "id": str(a.id),
+                "filename": a.filename,
+                "size": a.size,
+                "content_type": a.content_type,
+                "url": a.url,  # the CDN address the gateway downloads it from (docs/media.md)
+                "duration_secs": a.duration,  # a voice message's length
+            }
             for a in message.attachments
         ],
     }

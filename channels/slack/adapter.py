@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -32,11 +33,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from channels.slack.config import SlackChannelConfig
 from channels.slack.errors import SlackStartError, to_delivery_error
+from channels.slack.media import locate, media_origins
 from channels.slack.normalize import BotIdentity, normalize_command, normalize_event
+from channels.slack.reactions import reaction_name
 from channels.slack.render import to_mrkdwn
-from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.events import Attachment, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, EventSink, Health, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
 
 log = logging.getLogger("clawgate.channels.slack")
 EVENTS_PATH = "/slack/events"
@@ -55,8 +58,17 @@ class SlackAdapter:
         self.services = services
         # Slack recommends at most 4,000 characters per message; rendering adds a little (&amp;).
         self.capabilities = Capabilities(
-            can_edit=True, typing=False, threads=True, max_length=3900, min_edit_interval=1.0
+            can_edit=True,
+            typing=False,
+            threads=True,
+            max_length=3900,
+            pacing=pacing,
+            rendered=to_mrkdwn,
+            final_edit_matters=False,  # an update shows its text, final or not
         )
+        # Groups: an answer goes into the thread of the message it answers; a personal command's
+        # answer is an ephemeral message (gateway/turn/replies.py).
+        self.capabilities = replace(self.capabilities, threads_any_message=True, private_commands=True)
         self._web = AsyncWebClient(
             token=config.bot_token.get_secret_value(),
             base_url=config.api_base_url,
@@ -77,6 +89,8 @@ class SlackAdapter:
             name=f"clawgate-{name}",
         )
         self._register_listeners()
+        # Files are downloaded by gateway/media from Slack's file host only (docs/media.md).
+        self.media_origins = media_origins(config)
         self._sink: EventSink | None = None
         self._bot: BotIdentity | None = None
         self._handler: AsyncSocketModeHandler | None = None
@@ -123,10 +137,23 @@ class SlackAdapter:
         args: dict[str, Any] = {"channel": conv.chat_id, "text": to_mrkdwn(msg.text), "mrkdwn": True}
         if conv.thread_id:
             args["thread_ts"] = conv.thread_id
+            if msg.reply_to is not None:
+                args["reply_broadcast"] = True  # reply_mode quote: in the thread, and shown in the channel
+        if msg.private_to is not None:
+            return await self._send_private(conv, msg.private_to, args)
         # No plain-text fallback: mrkdwn is never rejected as badly formatted (Slack shows any
         # text it cannot parse as it is), so there is no formatting error to recover from.
         response = await self._call("chat.postMessage", self._web.chat_postMessage, **args)
         return MessageRef(conv, str(response["ts"]))
+
+    async def _send_private(self, conv: ConversationRef, identity: str, args: dict[str, Any]) -> MessageRef:
+        """An ephemeral message: only `identity` sees it, in the channel (or thread) it asked in."""
+        user = identity.rpartition("/")[2] if identity.startswith("slack:") else ""
+        if not user:
+            raise DeliveryError(f"slack ephemeral message for {identity!r}: not a Slack user", retryable=False)
+        args.pop("reply_broadcast", None)
+        response = await self._call("chat.postEphemeral", self._web.chat_postEphemeral, user=user, **args)
+        return MessageRef(conv, str(response.get("message_ts") or ""))
 
     async def edit(self, ref: MessageRef, text: str, final: bool) -> None:
         await self._call(
@@ -136,6 +163,26 @@ class SlackAdapter:
             ts=ref.message_id,
             text=to_mrkdwn(text),
         )
+
+    async def react(self, ref: MessageRef, reaction: str) -> None:
+        await self._reaction("reactions.add", self._web.reactions_add, ref, reaction, done="already_reacted")
+
+    async def unreact(self, ref: MessageRef, reaction: str) -> None:
+        await self._reaction("reactions.remove", self._web.reactions_remove, ref, reaction, done="no_reaction")
+
+    async def _reaction(
+        self, method: str, fn: Callable[..., Awaitable[Any]], ref: MessageRef, reaction: str, *, done: str
+    ) -> None:
+        """`done`: the error code saying the reaction is already as asked (one a crashed turn left
+        behind is then still taken away at the end of the resumed one)."""
+        name = reaction_name(reaction)
+        if name is None:  # the config check refuses these; a reload may not have been checked
+            raise DeliveryError(f"slack {method} failed: no Slack name for {reaction!r}", retryable=False)
+        try:
+            await self._call(method, fn, channel=ref.conversation.chat_id, timestamp=ref.message_id, name=name)
+        except DeliveryError as exc:
+            if not (isinstance(exc.__cause__, SlackApiError) and _code(exc.__cause__) == done):
+                raise
 
     @asynccontextmanager
     async def typing(self, conv: ConversationRef) -> AsyncIterator[None]:
@@ -181,6 +228,10 @@ class SlackAdapter:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise SlackStartError(f"slack channel {self.name!r}: auth.test failed: {type(exc).__name__}") from exc
         return BotIdentity(user_id=str(resp["user_id"]), bot_id=resp.get("bot_id"), team_id=resp.get("team_id"))
+
+    async def locate_media(self, attachment: Attachment) -> tuple[str, dict[str, str]]:
+        """Where a file of a message is: files.info's private URL and the bot token to fetch it with."""
+        return await locate(self._web, self.config.bot_token.get_secret_value(), attachment)
 
     # -- Socket Mode ------------------------------------------------------------------------------
 
@@ -362,6 +413,13 @@ class SlackAdapter:
                 event_id=ev.event_id,
                 error=type(exc).__name__,
             )
+
+
+def pacing(conv: ConversationRef) -> tuple[Rate, ...]:
+    """Slack: about one message a second per channel (chat.postMessage), and chat.update in Tier 3,
+    50+ a minute per workspace for the app: 45 a minute here, shared by all its conversations, so a
+    busy workspace stays under the tier with room for the final edits."""
+    return (Rate(f"channel:{conv.chat_id}", 1.0), Rate("chat.update", 45 / 60, burst=3, sends=False))
 
 
 def _code(exc: SlackApiError) -> str:

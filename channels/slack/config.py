@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import SecretStr, field_validator
 
-from gateway.core.channel_config import ChatChannelConfig
+from channels.slack.reactions import reaction_name
+from gateway.core.channel_config import ChatChannelConfig, ReplyMode
 
 
 class SlackChannelConfig(ChatChannelConfig):
@@ -16,3 +17,11 @@ class SlackChannelConfig(ChatChannelConfig):
     signing_secret: SecretStr | None = None  # HTTP Events API
     mode: Literal["socket", "http"] = "socket"
     api_base_url: str = "https://slack.com/api/"
+    reply_mode: ReplyMode = "thread"  # Slack people answer in threads
+
+    @field_validator("ack_reaction")
+    @classmethod
+    def _slack_reaction(cls, value: bool | str) -> bool | str:
+        if isinstance(value, str) and reaction_name(value) is None:
+            raise ValueError('Slack reactions are named: give the name, such as "eyes", or a common emoji such as 👀')
+        return value

@@ -105,6 +105,7 @@ def _kind(event: Mapping[str, Any], chat_id: str) -> ConversationKind:
 
 
 def _attachments(message: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """The message's files, each with its id: files.info names its download address (docs/media.md)."""
     files = message.get("files")
     if not isinstance(files, list):
         return ()
@@ -113,6 +114,9 @@ def _attachments(message: Mapping[str, Any]) -> tuple[Attachment, ...]:
             kind=_str(f.get("mimetype")) or _str(f.get("filetype")) or "file",
             name=_str(f.get("name")) or _str(f.get("title")),
             size=f["size"] if type(f.get("size")) is int else None,
+            ref=_str(f.get("id")),
+            mime=_str(f.get("mimetype")),
+            duration=f["duration_ms"] / 1000 if type(f.get("duration_ms")) is int else None,
         )
         for f in files
         if isinstance(f, Mapping)
@@ -227,6 +231,8 @@ def normalize_event(body: Mapping[str, Any], *, channel: str, bot: BotIdentity) 
         attachments=_attachments(message),
         edited=edit_stamp is not None,
         raw=_without_token(body),
+        message_id=ts,
+        private_reply=ref.kind != ConversationKind.DM,  # chat.postEphemeral
     )
 
 
@@ -252,4 +258,5 @@ def normalize_command(payload: Mapping[str, Any], *, channel: str) -> MessageRec
         text=f"{command} {args}".strip(),
         mentions_bot=True,
         raw=_without_token(payload),
+        private_reply=not is_dm,  # chat.postEphemeral
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import hmac
 import json
 import logging
@@ -29,11 +30,19 @@ from telegram.request import HTTPXRequest
 
 from channels.telegram.config import TelegramChannelConfig
 from channels.telegram.errors import TelegramStartError, delivery_error
+from channels.telegram.media import download_limit, locate, media_origins
 from channels.telegram.normalize import ALLOWED_UPDATES, BotIdentity, normalize_update
 from channels.telegram.render import render
-from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.events import (
+    Attachment,
+    ConversationKind,
+    ConversationRef,
+    MessageReceived,
+    MessageRef,
+    OutboundMessage,
+)
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
 from gateway.core.splitting import utf16_len
 
 log = logging.getLogger("clawgate.channels.telegram")
@@ -63,11 +72,21 @@ class TelegramAdapter:
         # Markup (tags, escapes) does not count towards Telegram's 4096 limit, but headroom keeps a
         # chunk that grows a little in rendering (bullets, fallbacks) under it.
         self.capabilities = Capabilities(
-            can_edit=True, typing=True, threads=True, max_length=4000, length=utf16_len, min_edit_interval=1.0
+            can_edit=True,
+            typing=True,
+            threads=True,
+            max_length=4000,
+            length=utf16_len,
+            pacing=pacing,
+            rendered=functools.partial(render, parse_mode=config.parse_mode),
+            final_edit_matters=False,  # `final` only tidies the adapter's own memory of what is shown
         )
         self.typing_interval = 4.0  # Telegram shows "typing" for 5 s after each sendChatAction
         self.stop_grace = 1.0  # how long stop() lets PTB finish polling before cutting it short
         self.webhook_path = f"/telegram/{name}"
+        # Attachments are downloaded by gateway/media from the Bot API's own origin only (docs/media.md).
+        self.media_origins = media_origins(config)
+        self.media_limit = download_limit(config)
         self._app: Application[Any, Any, Any, Any, Any, Any] | None = None
         self._request: HTTPXRequest | None = None
         self._poll_request: _PollRequest | None = None
@@ -124,7 +143,8 @@ class TelegramAdapter:
         app = self._app = self._build()
         try:
             await app.initialize()  # getMe
-            self._bot_identity = BotIdentity(app.bot.id, app.bot.username)
+            names = frozenset(n for n, _ in self.services.commands if _COMMAND_NAME.match(n))
+            self._bot_identity = BotIdentity(app.bot.id, app.bot.username, names)
             await self._register_commands(app.bot)
             if self.config.mode == "webhook" and self.config.webhook_url:
                 secret = self.config.webhook_secret
@@ -223,6 +243,10 @@ class TelegramAdapter:
             if at > self._poll_request.last_ok:
                 return Health(False, f"polling failing: {what}")
         return Health(True, f"{self.config.mode} as @{self._bot_identity.username if self._bot_identity else '?'}")
+
+    async def locate_media(self, attachment: Attachment) -> tuple[str, dict[str, str]]:
+        """Where an attachment of an update is: getFile's URL (gateway/media downloads it)."""
+        return await locate(self._bot(), attachment)
 
     # -- inbound --------------------------------------------------------------------------------
 
@@ -340,6 +364,9 @@ class TelegramAdapter:
             raise delivery_error(exc, op) from exc
 
     async def send(self, msg: OutboundMessage) -> MessageRef:
+        if msg.private_to is not None:
+            # Telegram has no message only one member of a group sees: never post it for all.
+            raise DeliveryError("telegram cannot send a private message in a group", retryable=False)
         bot = self._bot()
         conv = msg.conversation
         kwargs: dict[str, Any] = {}
@@ -379,6 +406,24 @@ class TelegramAdapter:
         else:
             self._remember(ref, shown)
 
+    async def react(self, ref: MessageRef, reaction: str) -> None:
+        await self._set_reaction(ref, reaction)
+
+    async def unreact(self, ref: MessageRef, reaction: str) -> None:
+        await self._set_reaction(ref, None)
+
+    async def _set_reaction(self, ref: MessageRef, reaction: str | None) -> None:
+        """setMessageReaction: a bot sets at most one reaction, and an empty list takes it away."""
+        bot = self._bot()
+        if not ref.message_id.isdigit():
+            raise DeliveryError(f"telegram react failed: {ref.message_id!r} is not a message id", retryable=False)
+        try:
+            await bot.set_message_reaction(
+                _chat_id(ref.conversation.chat_id), int(ref.message_id), [reaction] if reaction else []
+            )
+        except TelegramError as exc:
+            raise delivery_error(exc, "react") from exc
+
     def _remember(self, ref: MessageRef, shown: tuple[str, str | None]) -> None:
         key = (ref.conversation.chat_id, ref.message_id)
         self._shown[key] = shown
@@ -411,6 +456,14 @@ class TelegramAdapter:
             with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for may lose a cancel on 3.11
                 async with asyncio.timeout(self.typing_interval):
                     await done.wait()
+
+
+def pacing(conv: ConversationRef) -> tuple[Rate, ...]:
+    """Telegram's limits (Bots FAQ): about one message a second in a chat, at most 20 a minute in a
+    group, about 30 a second in all; an edit counts as a message."""
+    chat = f"chat:{conv.chat_id}"  # a forum's topics share their group's budget
+    per_chat = Rate(chat, 1.0) if conv.kind == ConversationKind.DM else Rate(chat, 20 / 60)
+    return (per_chat, Rate("bot", 30.0, burst=30, hold=False))
 
 
 def _chat_id(chat_id: str) -> int | str:

@@ -26,6 +26,9 @@ class BotIdentity:
 
     id: int
     username: str | None
+    # The bot's registered commands: "/status" alone at the start of a group message is addressed to
+    # it (Telegram sends the bare form from the command menu); any other "/word" is just text.
+    commands: frozenset[str] = frozenset()
 
 
 def normalize_update(update: Mapping[str, Any], *, channel: str, bot: BotIdentity) -> MessageReceived | None:
@@ -72,6 +75,7 @@ def normalize_update(update: Mapping[str, Any], *, channel: str, bot: BotIdentit
         attachments=attachments,
         edited=edited,
         raw=update,
+        message_id=str(message["message_id"]) if isinstance(message.get("message_id"), int) else None,
     )
 
 
@@ -99,19 +103,38 @@ def display_name(user: Mapping[str, Any]) -> str | None:
 
 
 def attachments_of(message: Mapping[str, Any]) -> tuple[Attachment, ...]:
+    """The message's files, each with its file_id (what getFile downloads it by, docs/media.md)."""
     found: list[Attachment] = []
     photo = message.get("photo")
     if isinstance(photo, list) and photo:
-        # Telegram sends every resolution of a photo; the largest is the real one.
+        # Telegram sends every resolution of a photo; the largest is the real one. Photos are JPEG.
         best = max(photo, key=lambda p: (p.get("file_size") or 0, p.get("width", 0) * p.get("height", 0)))
-        found.append(Attachment("photo", None, best.get("file_size")))
+        found.append(Attachment("photo", None, _int(best.get("file_size")), _str(best.get("file_id")), "image/jpeg"))
     for kind in _FILE_KINDS:
         item = message.get(kind)
         if not isinstance(item, Mapping) or (kind == "document" and "animation" in message):
             continue
         name = item.get("file_name") or (item.get("title") if kind == "audio" else None)
-        found.append(Attachment(kind, name, item.get("file_size")))
+        duration = item.get("duration")
+        found.append(
+            Attachment(
+                kind,
+                name,
+                _int(item.get("file_size")),
+                _str(item.get("file_id")),
+                _str(item.get("mime_type")),
+                float(duration) if isinstance(duration, int | float) and not isinstance(duration, bool) else None,
+            )
+        )
     return tuple(found)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _utf16(text: str) -> bytes:
@@ -149,6 +172,8 @@ def _clean_text(text: str, entities: Sequence[Any], bot: BotIdentity) -> tuple[s
                 mentioned, replacement = True, command
             else:
                 foreign_command = True
+        elif kind == "bot_command" and start == 0 and chunk[1:].lower() in bot.commands:
+            mentioned = True
         if replacement is None:
             continue
         pieces.append(raw[cursor * 2 : start * 2].decode("utf-16-le", "surrogatepass"))

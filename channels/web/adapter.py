@@ -15,7 +15,16 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from channels.web.config import WebChannelConfig
-from gateway.core.events import Actor, ConversationKind, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from channels.web.media import UploadError, Uploads, body_cap, parse_files, upload_budget
+from gateway.core.events import (
+    Actor,
+    Attachment,
+    ConversationKind,
+    ConversationRef,
+    MessageReceived,
+    MessageRef,
+    OutboundMessage,
+)
 from gateway.core.http_input import BadJson, BodyTooLarge, is_local_request, parse_json, read_body
 from gateway.core.logs import event
 from gateway.core.ports import (
@@ -41,6 +50,8 @@ PAGE_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 _CONV_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+# A body or frame this large (a message with files) is decoded off the event loop.
+_LARGE_JSON = 1024 * 1024
 
 
 def valid_conversation(conv: object) -> str | None:
@@ -106,6 +117,11 @@ class WebAdapter:
         self._sockets = _Sockets()
         self._tasks: set[asyncio.Task[None]] = set()
         self._started = False
+        # Files sent with a message live here until its turn ends (docs/media.md); nothing is downloaded.
+        self._uploads = Uploads()
+        self.media_origins: frozenset[str] = frozenset()
+        self._upload_budget = upload_budget(config.media)
+        self._body_cap = body_cap(config)
         app = services.http
         assert isinstance(app, web.Application)
         app.router.add_get("/", self._index)
@@ -169,6 +185,10 @@ class WebAdapter:
     def health(self) -> Health:
         return Health(self._started, "serving" if self._started else "stopped")
 
+    async def locate_media(self, attachment: Attachment) -> bytes:
+        """A file sent with a message whose turn is running: its bytes (gateway/media reads them)."""
+        return self._uploads.get(attachment)
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _conversation(self, user_id: str, conv: str | None) -> ConversationRef:
@@ -194,7 +214,13 @@ class WebAdapter:
         return self.config.allow_local_anonymous and self.config.is_loopback and is_local_request(request)
 
     def _event(
-        self, user_id: str, conv: str | None, text: str, event_id: str | None, wants_stream: bool = True
+        self,
+        user_id: str,
+        conv: str | None,
+        text: str,
+        event_id: str | None,
+        wants_stream: bool = True,
+        files: list[tuple[Attachment, bytes]] | None = None,
     ) -> MessageReceived:
         return MessageReceived(
             event_id=f"{self.name}:{user_id}:{event_id or uuid.uuid4().hex}",
@@ -203,9 +229,10 @@ class WebAdapter:
             text=text,
             mentions_bot=True,
             wants_stream=wants_stream,
+            attachments=tuple(att for att, _ in files or ()),
         )
 
-    async def _run(self, ev: MessageReceived) -> _Reply:
+    async def _run(self, ev: MessageReceived, files: list[tuple[Attachment, bytes]] | None = None) -> _Reply:
         """Hand an event to the gateway and wait for its final reply. An event seen before (a
         retry with the same idempotency key) gets the reply recorded for it (`replayed`), once the
         first try is over; _DuplicateEvent when there is none to give."""
@@ -221,6 +248,7 @@ class WebAdapter:
                     raise  # this request was cancelled, not the first one's wait
         loop = asyncio.get_running_loop()
         pending = self._pending[ev.event_id] = _Pending(loop.create_future())
+        self._uploads.keep(ev.event_id, files or [])
         try:
             await self._sink(ev)
             recorded = None
@@ -235,6 +263,7 @@ class WebAdapter:
         finally:
             if self._pending.get(ev.event_id) is pending:
                 del self._pending[ev.event_id]
+                self._uploads.drop(ev.event_id)  # the turn is over: the files' bytes go with it
             if not pending.future.done():
                 pending.future.cancel()  # a retry waiting on it goes its own way (see above)
 
@@ -257,18 +286,20 @@ class WebAdapter:
 
     async def _read_json(self, request: web.Request) -> dict[str, Any]:
         try:
-            raw = await read_body(request, self.config.max_message_bytes + 4096)
+            raw = await read_body(request, self._body_cap)
         except BodyTooLarge:
-            raise _json_error(413, f"message too large: the limit is {self.config.max_message_bytes} bytes") from None
+            raise _json_error(413, f"message too large: the limit is {self._body_cap} bytes with its files") from None
         try:
-            body = parse_json(raw)
+            body = await _parsed(raw)
         except BadJson as exc:
             raise _json_error(400, str(exc)) from None
         if not isinstance(body, dict):
             raise _json_error(400, "the body must be a JSON object")
         return body
 
-    def _text(self, value: object) -> str:
+    def _text(self, value: object, *, with_files: bool = False) -> str:
+        if with_files and (value is None or (isinstance(value, str) and not value.strip())):
+            return ""  # a picture or a file alone is a message
         if not isinstance(value, str) or not value.strip():
             raise _json_error(400, "'text' must be a non-empty string")
         if len(value.encode("utf-8", "surrogatepass")) > self.config.max_message_bytes:
@@ -277,10 +308,17 @@ class WebAdapter:
             raise _json_error(400, "'text' contains invalid Unicode (lone surrogates)")
         return value
 
+    def _files(self, value: object) -> list[tuple[Attachment, bytes]]:
+        try:
+            return parse_files(value, self._upload_budget)
+        except UploadError as exc:
+            raise _json_error(exc.status, str(exc)) from None
+
     async def _post_message(self, request: web.Request) -> web.Response:
         user_id = self._api_user(request)
         body = await self._read_json(request)
-        text = self._text(body.get("text"))
+        files = self._files(body.get("files"))
+        text = self._text(body.get("text"), with_files=bool(files))
         try:
             conv = valid_conversation(body.get("conversation"))
         except ValueError as exc:
@@ -288,9 +326,9 @@ class WebAdapter:
         idem = request.headers.get("Idempotency-Key")
         if idem is not None and not (0 < len(idem) <= 128):
             raise _json_error(400, "Idempotency-Key must be 1-128 characters")
-        ev = self._event(user_id, conv, text, idem, wants_stream=False)
+        ev = self._event(user_id, conv, text, idem, wants_stream=False, files=files)
         try:
-            reply = await self._run(ev)
+            reply = await self._run(ev, files)
         except _DuplicateEvent:
             raise _json_error(409, "a request with this Idempotency-Key was already processed") from None
         except KeyReused:
@@ -319,7 +357,7 @@ class WebAdapter:
         if origin is not None and origin.rstrip("/") not in allowed:
             event(log, "web_ws_origin_refused", logging.WARNING, origin=origin)
             raise web.HTTPForbidden(text="cross-origin WebSocket refused")
-        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=self.config.max_message_bytes + 4096)
+        ws = web.WebSocketResponse(heartbeat=30, max_msg_size=self._body_cap)
         await ws.prepare(request)
         user_id: str | None = None
         token: str | None = None
@@ -332,7 +370,7 @@ class WebAdapter:
                         break
                     continue
                 try:
-                    frame = parse_json(msg.data, what="the frame")
+                    frame = await _parsed(msg.data, what="the frame")
                 except BadJson as exc:
                     await ws.send_json({"type": "error", "error": f"malformed frame: {exc}"})
                     continue
@@ -373,6 +411,7 @@ class WebAdapter:
                             "user": user_id,
                             "conversation": conv,
                             "history": [{"role": i.role, "text": i.text} for i in history],
+                            "max_upload_bytes": self._upload_budget,
                         }
                     )
                 elif kind == "message":
@@ -387,13 +426,15 @@ class WebAdapter:
                         )
                         break
                     try:
-                        text = self._text(frame.get("text"))
+                        files = self._files(frame.get("files"))
+                        text = self._text(frame.get("text"), with_files=bool(files))
                     except web.HTTPException as exc:
                         await ws.send_json({"type": "error", "error": json.loads(exc.text or "{}").get("error")})
                         continue
                     client_id = frame.get("id")
                     client_id = client_id if isinstance(client_id, str) and 0 < len(client_id) <= 64 else None
-                    task = asyncio.create_task(self._ws_turn(ws, self._event(user_id, conv, text, client_id)))
+                    ev = self._event(user_id, conv, text, client_id, files=files)
+                    task = asyncio.create_task(self._ws_turn(ws, ev, files))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 else:
@@ -403,11 +444,13 @@ class WebAdapter:
                 self._sockets.remove(key, ws)
         return ws
 
-    async def _ws_turn(self, ws: web.WebSocketResponse, ev: MessageReceived) -> None:
+    async def _ws_turn(
+        self, ws: web.WebSocketResponse, ev: MessageReceived, files: list[tuple[Attachment, bytes]]
+    ) -> None:
         try:
             # A message id sent again is not answered again: its reply reached this conversation's
             # sockets when it was made, and a reconnecting page gets it with the history.
-            await self._run(ev)
+            await self._run(ev, files)
         except (_DuplicateEvent, KeyReused):
             pass
         except SessionBusy:
@@ -446,6 +489,13 @@ class _Reply:
     text: str
     message_id: str | None
     replayed: bool = False  # the reply recorded for an earlier try with the same idempotency key
+
+
+async def _parsed(raw: bytes | str, what: str = "the body") -> Any:
+    """parse_json, off the event loop for a large document (a message with files in base64)."""
+    if len(raw) < _LARGE_JSON:
+        return parse_json(raw, what=what)
+    return await asyncio.to_thread(parse_json, raw, what=what)
 
 
 def _allowed_origins(request: web.Request) -> set[str]:

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 
-from gateway.core.channel_config import Strict
+from gateway.core.channel_config import MediaConfig, Strict
 
 
 class MetricsConfig(Strict):
@@ -40,6 +40,9 @@ class WebChannelConfig(Strict):
         default_factory=list
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    # Pictures and files sent with a message (docs/media.md); a message's uploads together are at
+    # most the largest of media.max_mb.
+    media: MediaConfig = Field(default_factory=MediaConfig)
 
     @field_validator("public_url")
     @classmethod

@@ -27,6 +27,19 @@ class GeminiConfig(Strict):
     model: str = "gemini/gemini-2.0-flash"
 
 
+class TranscriptionConfig(Strict):
+    """Voice notes and audio files made text (docs/media.md), through LiteLLM's transcription API."""
+
+    # A LiteLLM model id, e.g. openai/whisper-1 or groq/whisper-large-v3; unset: voice is refused
+    # with a message saying it needs this key.
+    model: str | None = None
+    # Unset: ai.api_base / ai.api_key when ai.model is of the same provider, else LiteLLM's defaults.
+    api_base: str | None = None
+    api_key: SecretStr | None = None
+    language: Annotated[str, Field(min_length=2, max_length=8)] | None = None  # ISO-639-1, e.g. "en"; unset: detected
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 120.0
+
+
 class AIConfig(Strict):
     model: str | None = None
     api_base: str | None = None
@@ -42,6 +55,10 @@ class AIConfig(Strict):
     # auto: requests LiteLLM routes to an OpenAI-compatible server at api_base go out directly
     # (gateway/llm/openai_wire.py); litellm: every request through litellm.acompletion.
     transport: Literal["auto", "litellm"] = "auto"
+    # Pictures reach the model as images when it can see them: auto asks LiteLLM about every model of
+    # the chain (unknown counts as no); on and off decide for every model (docs/media.md).
+    vision: Literal["auto", "on", "off"] = "auto"
+    transcription: TranscriptionConfig = Field(default_factory=TranscriptionConfig)
 
 
 class AgentConfig(Strict):

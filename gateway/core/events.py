@@ -51,9 +51,14 @@ class MessageRef:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    kind: str
+    kind: str  # the platform's word for it: "photo", "voice", a MIME type...
     name: str | None = None
     size: int | None = None
+    # How the channel fetches it again (docs/media.md): a Telegram file_id, a Slack file id, a
+    # Discord attachment URL, a web upload's id. Never the bytes: an event is journaled with this.
+    ref: str | None = None
+    mime: str | None = None  # the MIME type the platform declares, if it does
+    duration: float | None = None  # seconds, for audio the platform measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,12 @@ class MessageReceived:
     wants_stream: bool = True
     received_at: datetime = field(default_factory=utcnow)
     raw: Any = field(default=None, compare=False, repr=False)
+    # The platform's own id of this message (Telegram message_id, Discord snowflake, Slack ts): what a
+    # reply quotes or threads under. None where there is no message to point at (slash commands).
+    message_id: str | None = None
+    # The platform can answer this event so that only its sender sees it (Slack's ephemeral messages
+    # in a channel, Discord's ephemeral follow-up to a slash command).
+    private_reply: bool = False
 
     def __post_init__(self) -> None:
         # NUL characters mean nothing in chat, and PostgreSQL text columns refuse them: they would
@@ -90,6 +101,9 @@ class OutboundMessage:
     in_reply_to_event: str | None = None
     reply_to: MessageRef | None = None
     final: bool = True
+    # Only this person (an identity, "slack:T1/U9") sees the message: sent as an ephemeral message
+    # (the event's `private_reply` says the platform can). Never edited afterwards.
+    private_to: str | None = None
 
 
 def event_to_payload(ev: MessageReceived) -> dict[str, Any]:
@@ -106,9 +120,11 @@ def event_to_payload(ev: MessageReceived) -> dict[str, Any]:
         "mentions_bot": ev.mentions_bot,
         "edited": ev.edited,
         "wants_stream": ev.wants_stream,
-        "attachments": [[a.kind, a.name, a.size] for a in ev.attachments],
+        "attachments": [[a.kind, a.name, a.size, a.ref, a.mime, a.duration] for a in ev.attachments],
         "reply_to": [ev.reply_to.conversation.chat_id, ev.reply_to.message_id] if ev.reply_to else None,
         "received_at": ev.received_at.isoformat(),
+        "message_id": ev.message_id,
+        "private_reply": ev.private_reply,
     }
 
 
@@ -122,7 +138,10 @@ def event_from_payload(p: dict[str, Any]) -> MessageReceived:
         mentions_bot=bool(p.get("mentions_bot")),
         edited=bool(p.get("edited")),
         wants_stream=bool(p.get("wants_stream", True)),
-        attachments=tuple(Attachment(k, n, s) for k, n, s in p.get("attachments") or ()),
+        # Events journaled before attachments kept their ref have three items: the rest default.
+        attachments=tuple(Attachment(*item) for item in p.get("attachments") or ()),
         reply_to=MessageRef(ref, p["reply_to"][1]) if p.get("reply_to") else None,
         received_at=datetime.fromisoformat(p["received_at"]),
+        message_id=p.get("message_id"),
+        private_reply=bool(p.get("private_reply")),
     )

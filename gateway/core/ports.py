@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
 
@@ -16,6 +16,31 @@ def _len(text: str) -> int:
     return len(text)
 
 
+def _same(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A platform's budget for one kind of call: `per_second` on average and `burst` at once, shared
+    by every conversation whose rules name the same `key` (a chat, a channel, a whole workspace).
+
+    `sends`: sends spend this budget as well as edits (Telegram counts both towards a group's 20 a
+    minute; Slack's chat.update tier does not count chat.postMessage). `hold`: a 429 met in one
+    conversation holds every conversation sharing the key until its retry_after is over; False for a
+    budget so wide (a bot's global rate) that one chat's refusal says nothing about it."""
+
+    key: str
+    per_second: float
+    burst: float = 1.0
+    sends: bool = True
+    hold: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.per_second > 0 or not self.burst >= 1:
+            raise ValueError(f"rate {self.key!r}: per_second must be above 0 and burst at least 1")
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     can_edit: bool = False
@@ -23,11 +48,31 @@ class Capabilities:
     threads: bool = False
     max_length: int = 4000
     length: Callable[[str], int] = _len
+    # Without `pacing`: at most one edit per this many seconds in a conversation.
     min_edit_interval: float = 1.0
     # A sent message stays on the platform, so sending it again after a crash would show it twice:
     # every send is claimed in the outbound journal first. False where the session history is the
     # record and a send only pushes to whoever is connected (the web channel).
     durable_sends: bool = True
+    # The platform's rate budgets for a conversation (a private chat and a group may differ); None
+    # derives one from min_edit_interval. Streaming edits wait for every budget; see Rate.
+    pacing: Callable[[ConversationRef], tuple[Rate, ...]] | None = None
+    # What the platform is sent for a text: two texts rendered alike make an edit that changes nothing.
+    rendered: Callable[[str], str] = _same
+    # An edit with final=True does something even when the text is unchanged (the web chat ends the
+    # reply with it), so Delivery never skips it. False where `final` changes nothing on screen.
+    final_edit_matters: bool = True
+    # A thread can be started under any message (Slack's thread_ts), not only as a place of its own:
+    # a group answer then goes into the thread of the message it answers (gateway/turn/replies.py).
+    threads_any_message: bool = False
+    # The platform's own slash commands can be answered so that only their sender sees the answer.
+    private_commands: bool = False
+
+    def rates(self, conv: ConversationRef) -> tuple[Rate, ...]:
+        if self.pacing is not None:
+            return self.pacing(conv)
+        per_second = 1 / self.min_edit_interval if self.min_edit_interval > 0 else float("inf")
+        return (Rate(f"chat:{conv.chat_id}", per_second),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +151,18 @@ class Adapter(Protocol):
     def typing(self, conv: ConversationRef) -> AbstractAsyncContextManager[None]: ...
 
     def health(self) -> Health: ...
+
+
+@runtime_checkable
+class Reacting(Protocol):
+    """An optional part of the port: adapters whose platform lets a bot react to a message.
+
+    `reaction` is the configured one, as given (an emoji such as "👀"); the adapter puts it in its
+    platform's form. Both raise DeliveryError on failure."""
+
+    async def react(self, ref: MessageRef, reaction: str) -> None: ...
+
+    async def unreact(self, ref: MessageRef, reaction: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

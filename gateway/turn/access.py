@@ -12,7 +12,10 @@ from gateway.core.events import ConversationKind, ConversationRef, MessageReceiv
 
 class Verdict(enum.StrEnum):
     ALLOW = "allow"
-    IGNORE = "ignore"  # say nothing (groups without a mention, disabled groups)
+    IGNORE = "ignore"  # say nothing (disabled groups, conversations not allowed)
+    # Say nothing, but keep it as the group's recent context: a group message not addressed to the
+    # assistant (gateway/turn/group_context.py).
+    OVERHEAR = "overhear"
     REFUSE = "refuse"  # tell the sender why
     PAIR = "pair"  # unknown DM sender under the pairing policy: give them a code
 
@@ -58,13 +61,13 @@ def decide(
     if policy == "allowlist" and not (is_admin or _listed(cfg, ev, user_id)):
         return Decision(Verdict.IGNORE, "conversation and sender not in allow_from")
     if cfg.require_mention and not ev.mentions_bot and not is_command:
-        return Decision(Verdict.IGNORE, "not mentioned")
+        return Decision(Verdict.OVERHEAR, "not mentioned")
     return Decision(Verdict.ALLOW, policy)
 
 
 def refusal(decision: Decision, cfg: ChatChannelConfig, ev: MessageReceived, pairing_code: str | None) -> str | None:
-    """What to tell the sender: how to get paired, that they are not let in, or that what they sent
-    is over the channel's limits. None: answer it (allowed and within limits), or say nothing."""
+    """What to tell the sender: how to get paired, that they are not let in, or that their text is
+    over the channel's limit. None: answer it (allowed and within limits), or say nothing."""
     if decision.verdict == Verdict.PAIR:
         code = pairing_code
         return (
@@ -80,10 +83,8 @@ def refusal(decision: Decision, cfg: ChatChannelConfig, ev: MessageReceived, pai
             f"That message is too long for me ({len(ev.text)} characters; the limit is "
             f"{cfg.max_message_chars}). Please shorten it or split it up."
         )
-    too_big = [a for a in ev.attachments if a.size is not None and a.size > cfg.max_attachment_bytes]
-    if too_big:
-        names = ", ".join(a.name or a.kind for a in too_big)
-        return f"I can't take files over {cfg.max_attachment_bytes // (1024 * 1024)} MiB ({names})."
+    # Attachments (their kinds, sizes and lengths) are judged with the message's turn, by one policy for
+    # every channel, the web chat included (gateway/media, docs/media.md); a command ignores them.
     return None
 
 

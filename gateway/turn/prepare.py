@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.model import AgentConfig, Config
+from gateway.media.frame import TurnMedia
 from gateway.recall.engine import TurnMemory, TurnRecall
 from gateway.recall.trace import TraceRecorder
 from gateway.session.budget import FlushTarget, SessionMemory
@@ -72,16 +73,22 @@ class TurnPreparer:
         state: SessionState,
         new: Message,
         target: FlushTarget | None,
+        media: TurnMedia | None = None,
     ) -> PreparedTurn:
-        """A turn of a session kept on the gateway: `new` answered after its summary and kept messages."""
+        """A turn of a session kept on the gateway: `new` answered after its summary and kept messages.
+        With `media` (what the message carries, gateway/media), the model reads its live text and
+        pictures this turn, while the session keeps `new`: a line per attachment, never its content."""
         turn_memory = await self._recall(user, audience, state.key, new.content)
         core = self.context.core_sections(agent, user.id, audience)
         recalled = self.context.recall_sections(core, turn_memory.sections if turn_memory is not None else [])
         system = self.context.render(agent, core)
+        live = media.live_message(new) if media is not None else new
         # The auto-flush counts the stable part; recall stays within memory.context_budget_chars.
-        await self.session_memory.before_turn(system, state, [new], target)
-        prompt = build_messages(agent, list(state.recent), [new], state.summary, system)
+        await self.session_memory.before_turn(system, state, [live], target)
+        prompt = build_messages(agent, list(state.recent), [live], state.summary, system)
         prompt = attach_recall(prompt, recall_block(recalled))
+        if media is not None:
+            prompt = media.attach(prompt)
         ctx = self._tools(agent, user, audience, state.key)
         return PreparedTurn(agent, user, state.key, audience, new, prompt, ctx, turn_memory, [*core, *recalled], state)
 

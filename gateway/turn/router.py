@@ -25,15 +25,19 @@ from gateway.core.events import (
 from gateway.core.logs import event
 from gateway.core.metrics import Metrics
 from gateway.core.ports import Adapter, DeliveryError, KeyReused, RecordedReply, SessionBusy, Unavailable
+from gateway.media.turn import MediaTurns
 from gateway.recall.engine import TurnRecall
 from gateway.recall.trace import TraceRecorder
 from gateway.session.budget import FlushTarget, SessionMemory
 from gateway.session.memory_service import MemoryService
-from gateway.turn import access
+from gateway.turn import access, group_context, replies
+from gateway.turn.admission import Admission
+from gateway.turn.burst import Bursts, merge
+from gateway.turn.burst import window as burst_window
 from gateway.turn.commands import chat as commands
 from gateway.turn.commands.context import AttemptLimiter, CommandContext
 from gateway.turn.context import PromptContext
-from gateway.turn.delivery import Delivery, reply_key
+from gateway.turn.delivery import Delivery, ack_reaction, reply_key
 from gateway.turn.engine import TurnEngine
 from gateway.turn.outage import StorageOutage
 from gateway.turn.prepare import TurnPreparer
@@ -89,11 +93,14 @@ class Router:
         self.outage = StorageOutage(self._chat)
         self._limiter = AttemptLimiter()
         self._declared = config.declared_identities()
+        self.bursts = Bursts()  # messages a person sends in quick succession: one turn (burst.py)
+        self.admission = Admission(storage, metrics, self._limiter)
         self._inflight: set[asyncio.Task[None]] = set()
         self._accepted: set[str] = set()  # journaled by `accept`, not yet handled
         self._secrets = secret_values(config)
         # Prompt, recall, tools and the record of every turn: shared with the OpenAI-compatible API.
         self.turns = TurnPreparer(config, storage, session_memory, context, memory, recall, traces)
+        self.media = MediaTurns(engine.llm)  # attachments read for their turn (docs/media.md)
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload: access lists, roles, agents and budgets for the next turns."""
@@ -180,12 +187,48 @@ class Router:
             except StorageUnwritable as exc:
                 await self.outage.not_taken(adapter, ev, exc.reason)
                 return
+        window = burst_window(self.config.channels.get(ev.ref.channel), ev, command=commands.parse(ev.text) is not None)
+        if window:
+            burst = self.bursts.join(ev)
+            if burst is not None:
+                place.leave()  # answered in the turn of the burst's first message, in its place
+                await burst.settled.wait()
+                return
+        elif window == 0.0:
+            self.bursts.close(ev)  # a command: after the burst before it, before what follows
         if busy:
             # A chat platform cannot retry for us: tell the person instead of dropping the message.
             event(log, "inbound_busy", logging.WARNING, channel=ev.ref.channel, event_id=ev.event_id)
             await self._answer(adapter, ev, BUSY, "refused")
             return
+        if window:
+            await self._answer_burst(ev, adapter, place, window)
+            return
         await self._process(ev, adapter, place)
+
+    async def _answer_burst(self, ev: MessageReceived, adapter: Adapter, place: Place, window: float) -> None:
+        burst = self.bursts.open(ev, window)
+        try:
+            try:
+                # Under the session's lease while it gathers: no other instance answers its parts apart.
+                async with self.leases.hold(ev.ref.session_key) if self.leases is not None else nullcontext():
+                    events = await self.bursts.gather(burst)
+                    if len(events) > 1:
+                        merged = merge(events)
+                        rest = [e.event_id for e in events[1:]]
+                        await self.storage.journal.merge(ev.event_id, rest, self._journaled(merged))
+                        event(log, "inbound_burst", channel=ev.ref.channel, event_id=ev.event_id, parts=len(events))
+                        events = [merged]
+            except StorageUnwritable as exc:
+                # Not merged: every part is still an unfinished event of its own, answered on its own.
+                event(log, "inbound_burst_unmerged", logging.WARNING, event_id=ev.event_id, reason=exc.reason)
+                burst.closed = True
+                events = list(burst.events)
+            for one in events:
+                await self._process(one, adapter, place)
+        finally:
+            burst.closed = True
+            burst.settled.set()
 
     async def accept(self, ev: MessageReceived, *, keep: bool = True) -> bool:
         """Journal `ev`; False when it was seen before. Webhook channels call this before they
@@ -241,48 +284,6 @@ class Router:
         if parsed is not None and parsed[0] in ("remember", "memory") and contains_secret(ev.text, self._secrets):
             payload["text"] = redact(ev.text, self._secrets)
         return payload
-
-    async def _admit(self, ev: MessageReceived, adapter: Adapter, user: User, is_command: bool) -> bool:
-        """Access policy and size limits. False: the event was answered or ignored here, and finished."""
-        cfg = self.config.channels.get(ev.ref.channel)
-        if not isinstance(cfg, ChatChannelConfig):
-            return True  # the web channel authenticates every request itself
-        if ev.edited:
-            event(log, "inbound_edit_ignored", channel=ev.ref.channel, event_id=ev.event_id)
-            await self.storage.journal.finish(ev.event_id, "ignored")
-            return False
-        declared = ev.sender.identity in self._declared
-        # Only an undeclared DM sender under the pairing policy needs the (database) pairing lookup.
-        needs_pairing = ev.ref.kind == ConversationKind.DM and cfg.dm_policy == "pairing" and not declared
-        decision = access.decide(
-            cfg,
-            ev,
-            user_id=user.id,
-            roles=user.roles,
-            declared=declared,
-            paired=needs_pairing and await self.storage.pairing.is_approved(ev.sender.identity),
-            is_command=is_command,
-        )
-        code = None
-        if decision.verdict == access.Verdict.PAIR:
-            code = await self.storage.pairing.request(ev.sender.identity, ev.ref.channel, ev.sender.display_name)
-        refusal = access.refusal(decision, cfg, ev, code)
-        if decision.verdict == access.Verdict.ALLOW and refusal is None:
-            return True
-        self.metrics.rejected.labels(ev.ref.channel, decision.reason if refusal is None else "refused").inc()
-        event(
-            log,
-            "inbound_refused" if refusal else "inbound_ignored",
-            channel=ev.ref.channel,
-            event_id=ev.event_id,
-            identity=ev.sender.identity,
-            reason=decision.reason,
-        )
-        if refusal:
-            await self._answer(adapter, ev, refusal, "ignored")
-        else:
-            await self.storage.journal.finish(ev.event_id, "ignored")
-        return False
 
     def _chat(self, channel: str) -> bool:
         return isinstance(self.config.channels.get(channel), ChatChannelConfig)
@@ -341,10 +342,11 @@ class Router:
         user = await self.storage.identities.resolve(ev.sender.identity, ev.sender.display_name)
         agent = self.config.agent(None)
         assert agent is not None
-        key = self.session_key_for(ev.ref, user)
-        parsed = commands.parse(ev.text)
-        if not await self._admit(ev, adapter, user, parsed is not None):
+        parsed = commands.addressed(ev)
+        if not await self.admission.admit(self.config, self._declared, ev, adapter, user, parsed, self._answer):
             return
+        key = self.session_key_for(ev.ref, user)
+        answer_to = self._target(ev, adapter)  # where the answer goes: it may start a thread (replies.py)
         outcome = "ok"
         unavailable: Unavailable | None = None
         # The caller holds the conversation's place (and lease); a person's DM session spanning
@@ -364,10 +366,10 @@ class Router:
                         self.audience(ev.ref),
                         self.memory,
                     )
-                    await self._answer(adapter, ev, await commands.dispatch(ctx, *parsed))
+                    await self._command_reply(ctx, adapter, parsed, answer_to)
                     outcome = "command"
                 else:
-                    outcome = await self._turn(ev, adapter, user, key)
+                    outcome = await self._turn(ev, adapter, user, key, answer_to)
             except StorageUnwritable as exc:
                 outcome = "deferred"
                 unavailable = await self.outage.defer(adapter, ev, exc.reason)
@@ -399,16 +401,44 @@ class Router:
         if unavailable is not None:
             raise unavailable
 
+    def _target(self, ev: MessageReceived, adapter: Adapter) -> replies.Target:
+        cfg = self.config.channels.get(ev.ref.channel)
+        return replies.for_channel(ev, cfg, threads_any_message=adapter.capabilities.threads_any_message)
+
+    async def _command_reply(
+        self, ctx: CommandContext, adapter: Adapter, parsed: tuple[str, str], answer_to: replies.Target
+    ) -> None:
+        """Run a command and answer it; in a group, a private one only where it can be answered
+        privately (replies.py), else the sender is told where to ask."""
+        name, args = parsed
+        if commands.is_private(name):
+            private = replies.private(ctx.event, answer_to)
+            if private is None:
+                hint = commands.private_hint(name, slash_command=adapter.capabilities.private_commands)
+                await self._answer(adapter, ctx.event, hint, target=answer_to)
+                return
+            answer_to = private
+        await self._answer(adapter, ctx.event, await commands.dispatch(ctx, name, args), target=answer_to)
+
     async def _answer(
-        self, adapter: Adapter, ev: MessageReceived, text: str, status: str = "done", key: str | None = None
+        self,
+        adapter: Adapter,
+        ev: MessageReceived,
+        text: str,
+        status: str = "done",
+        key: str | None = None,
+        target: replies.Target | None = None,
     ) -> None:
         """A one-shot reply (command output, refusal, notice), then the event is finished with `status`.
 
         The reply is recorded as sent only when it was: a failed or duplicate send leaves its
         outbound record as it was.
         """
+        to = target or self._target(ev, adapter)
         try:
-            sent = await self.delivery.notice(adapter, ev.ref, ev.event_id, text, key)
+            sent = await self.delivery.notice(
+                adapter, to.conversation, ev.event_id, text, key, reply_to=to.reply_to, private_to=to.private_to
+            )
         except DeliveryError:
             sent = None
         await self.storage.journal.finish(ev.event_id, status, sent=sent)
@@ -419,25 +449,34 @@ class Router:
         except Exception as exc:
             event(log, "apology_failed", logging.ERROR, event_id=ev.event_id, error=type(exc).__name__)
 
-    async def _turn(self, ev: MessageReceived, adapter: Adapter, user: User, key: str) -> str:
+    async def _turn(self, ev: MessageReceived, adapter: Adapter, user: User, key: str, to: replies.Target) -> str:
         agent = self.config.agent(None)
         assert agent is not None
         audience = self.audience(ev.ref)
         state = await self.storage.sessions.active(key, agent.name, user.id, audience)
         if ev.ref.kind == ConversationKind.DM and state.user_id not in (None, user.id):
             state = await self._new_owner(state, key, agent.name, user.id)
-        user_msg = Message("user", ev.text, author=ev.sender.identity, event_id=ev.event_id)
+        media = await self.media.resolve(ev, adapter, self.config, agent)
+        if media.refusal is not None:  # nothing of the message is kept (docs/media.md)
+            await self._answer(adapter, ev, media.refusal, "refused")
+            return "media_refused"
+        user_msg = Message("user", media.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
-        turn = await self.turns.prepare(agent, user, audience, state, user_msg, target)
+        turn = await self.turns.prepare(agent, user, audience, state, user_msg, target, media=media)
+        cfg = self.config.channels.get(ev.ref.channel)
+        said = await group_context.context_for(self.storage.groups, cfg, ev, self.config.timezone)
+        turn.prompt = group_context.attach_group_context(turn.prompt, said)  # the prompt only: never kept
         outcome = "ok"
         sent = None
+        reaction = ack_reaction(cfg.ack_reaction) if isinstance(cfg, ChatChannelConfig) else None
         try:
-            async with adapter.typing(ev.ref):
+            async with self.delivery.acknowledged(adapter, ev, reaction), adapter.typing(ev.ref):
                 delivered = await self.delivery.stream(
                     adapter,
-                    ev.ref,
+                    to.conversation,
                     ev.event_id,
                     self.engine.run(agent, turn.prompt, turn.ctx, ev.wants_stream and adapter.capabilities.can_edit),
+                    reply_to=to.reply_to,
                 )
             result = delivered.result
             sent = delivered.sent

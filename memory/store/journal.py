@@ -94,6 +94,14 @@ def _scrub_in(conn: Connection, event_id: str, scrub: Callable[[str], str]) -> N
         conn.execute(_SET_PAYLOAD, {"b_event_id": event_id, "b_payload": {**payload, "text": hidden}})
 
 
+def _merge(
+    conn: Connection, leader: str, followers: Sequence[str], payload: dict[str, Any], scrub: Callable[[str], str]
+) -> None:
+    conn.execute(_SET_PAYLOAD, {"b_event_id": leader, "b_payload": payload})
+    for event_id in followers:
+        finish_in(conn, event_id, "merged", scrub=scrub)
+
+
 def _insert(conn: Connection, statement: Insert, row: dict[str, Any]) -> None:
     conn.execute(statement, row)  # one statement: Database.write_statement
 
@@ -199,6 +207,13 @@ class Journal:
         its journaled text is redacted here."""
         secrets = self._secrets
         await self._db.write(finish_in, event_id, status, sent, lambda text: redact(text, secrets))
+
+    async def merge(self, leader: str, followers: Sequence[str], payload: dict[str, Any]) -> None:
+        """One transaction: `leader` now stands for a burst of messages (`payload`, the burst as one
+        event) and `followers`, the burst's other messages, are finished as `merged`. Before it every
+        message of the burst is an unfinished event of its own; after it, the leader is the one."""
+        secrets = self._secrets
+        await self._db.write(_merge, leader, followers, payload, lambda text: redact(text, secrets))
 
     def matches(self, event: PendingEvent, text: str) -> bool:
         """Whether `text` is what was journaled for `event`: as it came in, or, the event being

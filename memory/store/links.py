@@ -85,9 +85,24 @@ def _redeem(conn: Connection, code_hash: str, identity: str) -> str:
     return str(row.user_id)
 
 
+def _owner(conn: Connection, code_hash: str) -> str | None:
+    row = conn.execute(
+        select(link_codes.c.user_id, link_codes.c.used_at, link_codes.c.expires_at).where(
+            link_codes.c.code_hash == code_hash
+        )
+    ).first()
+    if row is None or row.used_at is not None or row.expires_at < utcnow():
+        return None
+    return str(row.user_id)
+
+
 class LinkStore:
     def __init__(self, db: Database) -> None:
         self._db = db
+
+    async def owner(self, code: str) -> str | None:
+        """The user who made `code`, while it is usable (known, unused, unexpired); nothing changes."""
+        return await self._db.read(_owner, _hash(code))
 
     async def create(self, user_id: str, identity: str) -> str:
         code = new_code()

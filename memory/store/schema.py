@@ -418,3 +418,19 @@ write_checks = Table(
     Column("instance", String(128), primary_key=True),
     Column("checked_at", UTCDateTime, nullable=False),
 )
+
+# Recent group messages that were not addressed to the assistant (memory/store/group_history.py), per
+# conversation (`session_key`, thread or topic included), pruned to the channel's group_history. Prompt
+# context for that conversation only: never a session message, so never archived nor a source of memory.
+group_messages = Table(
+    "group_messages",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("conversation", String(512), nullable=False),
+    Column("event_id", String(255), nullable=False, unique=True),
+    Column("speaker", String(255), nullable=False),  # the identity, "telegram:123"
+    Column("name", String(255)),  # the display name the platform gave
+    Column("text", Text, nullable=False),  # redacted, capped
+    Column("said_at", UTCDateTime, nullable=False),
+    Index("ix_group_messages_conversation", "conversation", "id"),
+)

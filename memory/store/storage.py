@@ -10,6 +10,7 @@ from memory.records.store import RecordStore
 from memory.store.console_sessions import ConsoleSessionStore
 from memory.store.db import Database
 from memory.store.flushes import FlushStore
+from memory.store.group_history import GroupHistoryStore
 from memory.store.identities import IdentityStore
 from memory.store.jobs import JobStore
 from memory.store.journal import Journal
@@ -33,6 +34,7 @@ class Storage:
         self.links = LinkStore(db)
         self.pairing = PairingStore(db)
         self.console_sessions = ConsoleSessionStore(db)
+        self.groups = GroupHistoryStore(db, secrets)  # unaddressed group messages: prompt context
 
     @classmethod
     async def open(cls, url: str, secrets: Sequence[str] = ()) -> Storage:

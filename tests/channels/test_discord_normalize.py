@@ -63,6 +63,8 @@ def test_guild_mention_is_stripped_and_other_mentions_named() -> None:
         "reply_to": None,
         "received_at": "2025-03-14T09:26:53.589000+00:00",
         "reply_to_thread": None,
+        "message_id": "1350045678901234568",  # what a reply quotes
+        "private_reply": False,  # a typed message: no ephemeral answer to it
     }
 
 
@@ -130,7 +132,12 @@ def test_attachments_described_without_text() -> None:
     out = run("attachments")
     assert out is not None
     assert out["text"] == ""
-    assert out["attachments"] == [["application/pdf", "report.pdf", 48213], ["file", "notes", 120]]
+    pdf_url = "https://cdn.discordapp.com/attachments/1300000000000000001/1350045678901270001/report.pdf"
+    notes_url = "https://cdn.discordapp.com/attachments/1300000000000000001/1350045678901270002/notes"
+    assert out["attachments"] == [
+        ["application/pdf", "report.pdf", 48213, f"{pdf_url}?ex=67d5&is=67d4&hm=ab12", "application/pdf", None],
+        ["file", "notes", 120, f"{notes_url}?ex=67d5&is=67d4&hm=cd34", None, None],
+    ]
 
 
 def test_bot_role_mention_counts_and_is_stripped() -> None:

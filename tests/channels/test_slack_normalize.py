@@ -153,7 +153,10 @@ def test_files_become_attachments() -> None:
     ev = normalize_event(load("file_share"), channel="slack", bot=BOT)
     assert ev is not None
     assert ev.text == "here is the log"
-    assert ev.attachments == (Attachment("text/plain", "server.log", 20480), Attachment("png", "diagram", 1048576))
+    assert ev.attachments == (
+        Attachment("text/plain", "server.log", 20480, "F0FILE0001", "text/plain"),
+        Attachment("png", "diagram", 1048576, "F0FILE0002"),
+    )
 
 
 @pytest.mark.parametrize("name", ["bot_message", "own_message", "channel_join"])

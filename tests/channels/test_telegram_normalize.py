@@ -105,13 +105,16 @@ def test_ignored_updates(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("photo_caption", (Attachment("photo", None, 90120),)),
-        ("document", (Attachment("document", "report-q4.pdf", 5242880),)),
-        ("voice", (Attachment("voice", None, 18044),)),
-        ("audio", (Attachment("audio", "standup.mp3", 3400000),)),
-        ("video", (Attachment("video", "demo.mp4", 31457280),)),
-        ("sticker", (Attachment("sticker", None, 27146),)),
-        ("animation", (Attachment("animation", "party.mp4", 204800),)),
+        ("photo_caption", (Attachment("photo", None, 90120, "AgACAgQAAxkBAAIBs2a-large", "image/jpeg"),)),
+        (
+            "document",
+            (Attachment("document", "report-q4.pdf", 5242880, "BQACAgQAAxkBAAIBtGa-doc", "application/pdf"),),
+        ),
+        ("voice", (Attachment("voice", None, 18044, "AwACAgQAAxkBAAIBtWa-voice", "audio/ogg", 4.0),)),
+        ("audio", (Attachment("audio", "standup.mp3", 3400000, "CQACAgQAAxkBAAIBtma-audio", "audio/mpeg", 212.0),)),
+        ("video", (Attachment("video", "demo.mp4", 31457280, "BAACAgQAAxkBAAIBt2a-video", "video/mp4", 12.0),)),
+        ("sticker", (Attachment("sticker", None, 27146, "CAACAgIAAxkBAAIBuGa-sticker"),)),
+        ("animation", (Attachment("animation", "party.mp4", 204800, "CgACAgQAAxkBAAIBuWa-anim", "video/mp4", 3.0),)),
         ("dm_text", ()),
     ],
 )
@@ -175,7 +178,7 @@ def test_malformed_updates_are_ignored() -> None:
 
 def test_largest_photo_wins_by_size() -> None:
     msg = {"photo": [{"file_size": 10, "width": 9, "height": 9}, {"file_size": 300, "width": 90, "height": 90}]}
-    assert attachments_of(msg) == (Attachment("photo", None, 300),)
+    assert attachments_of(msg) == (Attachment("photo", None, 300, None, "image/jpeg"),)
 
 
 @given(

@@ -83,11 +83,14 @@ async def test_only_a_loopback_name_makes_a_visitor_local(tmp_path: Path, fake_l
         for name in ("127.0.0.1", "localhost"):
             async with http.ws_connect(gw.url + "/ws", headers=host(gw, name), origin=f"http://{name}:{gw.port}") as ws:
                 await ws.send_json({"type": "hello"})
-                assert (await ws.receive_json(timeout=10)) | {"history": []} == {
+                ready = await ws.receive_json(timeout=10)
+                assert ready["max_upload_bytes"] > 0  # the chat page's attach button knows the server's cap
+                assert ready | {"history": [], "max_upload_bytes": 0} == {
                     "type": "ready",
                     "user": "local",
                     "conversation": None,
                     "history": [],
+                    "max_upload_bytes": 0,
                 }
         # A proxy on this machine forwards people at the public name: a loopback peer, not a local visitor.
         public = {"Host": "chat.example.com"}

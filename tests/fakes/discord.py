@@ -2,10 +2,12 @@
 
 REST: GET /users/@me, GET /oauth2/applications/@me (discord.py's login asks for it), GET /gateway,
 GET /gateway/bot, GET /channels/{id}, POST /channels/{id}/messages, PATCH
-/channels/{id}/messages/{mid}, POST /channels/{id}/typing, PUT /applications/{id}/commands (bulk
+/channels/{id}/messages/{mid}, PUT/DELETE /channels/{id}/messages/{mid}/reactions/{emoji}/@me (the
+bot's own reactions, kept in `reactions`), POST /channels/{id}/typing, PUT /applications/{id}/commands (bulk
 overwrite of the global commands, kept in `commands`), POST /interactions/{id}/{token}/callback
 (no Authorization, like Discord; one answer per interaction, kept in `acks`; `with_response`
-answers with the callback object, otherwise 204).
+answers with the callback object, otherwise 204), POST /webhooks/{app}/{token} (an interaction's
+follow-up, after its answer; kept in `followups`).
 Gateway (JSON text frames; discord.py asks for zlib/zstd-stream in the query string but reads
 text frames as plain JSON): HELLO, IDENTIFY -> READY + GUILD_CREATE (one guild, one text channel,
 one thread), HEARTBEAT -> HEARTBEAT_ACK, RESUME -> replay of the missed events + RESUMED, sequence
@@ -62,6 +64,7 @@ class Call:
     body: Any = None
     op: int | None = None
     status: int = 0
+    at: float = 0.0  # when it arrived, by the fake's `clock`
 
 
 @dataclass
@@ -73,6 +76,16 @@ class Outgoing:
     content: str
     edit: bool = False
     reference: str | None = None
+
+
+@dataclass
+class Followup:
+    """A follow-up message to an interaction (what its user, or everyone, sees after the ack)."""
+
+    interaction_id: str
+    message_id: str
+    content: str
+    ephemeral: bool
 
 
 @dataclass
@@ -141,6 +154,9 @@ class FakeDiscord:
         self.commands: list[dict[str, Any]] = []
         self.interactions: dict[str, dict[str, Any]] = {}
         self.acks: dict[str, dict[str, Any]] = {}  # interaction id -> the callback body it got
+        # Follow-up messages to interactions (POST /webhooks/{app}/{token}), with the interaction id
+        # they answer and whether only its user sees them (flags 64).
+        self.followups: list[Followup] = []
         # Close code to answer IDENTIFY with (e.g. 4014 disallowed intents); None accepts it.
         self.close_on_identify: int | None = None
         self._failures: deque[_Failure] = deque()
@@ -154,6 +170,13 @@ class FakeDiscord:
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        # Attachments served as Discord's CDN serves them (no Authorization), by path; and each fetch.
+        self.cdn: dict[str, tuple[bytes, str | None]] = {}
+        self.cdn_fetches: list[str] = []
+        # Stamps `Call.at`; a test on a virtual clock sets its clock here too.
+        self.clock: Callable[[], float] = time.monotonic
+        # The bot's own reactions: message id -> emoji, in the order they were added.
+        self.reactions: dict[str, list[str]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -176,9 +199,13 @@ class FakeDiscord:
         app.router.add_post(f"{api}/channels/{{cid}}/messages", self._create_message)
         app.router.add_patch(f"{api}/channels/{{cid}}/messages/{{mid}}", self._edit_message)
         app.router.add_post(f"{api}/channels/{{cid}}/typing", self._typing)
+        app.router.add_put(f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me", self._react)
+        app.router.add_delete(f"{api}/channels/{{cid}}/messages/{{mid}}/reactions/{{emoji}}/@me", self._unreact)
         app.router.add_put(f"{api}/applications/{{app}}/commands", self._put_commands)
         app.router.add_post(f"{api}/interactions/{{iid}}/{{token}}/callback", self._interaction_callback)
+        app.router.add_post(f"{api}/webhooks/{{app}}/{{token}}", self._followup)
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{cid}/{aid}/{name}", self._cdn)
         self._runner, self.url = await serve_loopback(app, shutdown_timeout=1.0)
         return self
 
@@ -298,6 +325,47 @@ class FakeDiscord:
                 data["message_reference"]["guild_id"] = GUILD_ID
             data["referenced_message"] = self.messages.get(reply_to)
         return data
+
+    def attachment(
+        self,
+        content: bytes,
+        filename: str,
+        content_type: str | None = None,
+        *,
+        where: Where = "dm",
+        size: int | None = None,
+        duration_secs: float | None = None,
+        url: str | None = None,
+    ) -> dict[str, Any]:
+        """An attachment object as a message carries it, its file served at a signed CDN-style URL on
+        this fake (`url` overrides where it points: another host, for the refusal tests)."""
+        attachment_id = self.snowflake()
+        path = f"/attachments/{CHANNEL_OF[where]}/{attachment_id}/{filename}"
+        self.cdn[path] = (content, content_type)
+        signed = f"{self.url}{path}?ex=67d5&is=67d4&hm=ab12"
+        data: dict[str, Any] = {
+            "id": attachment_id,
+            "filename": filename,
+            "size": len(content) if size is None else size,
+            "url": url or signed,
+            "proxy_url": url or signed,
+            "content_scan_version": 0,
+        }
+        if content_type is not None:
+            data["content_type"] = content_type
+        if duration_secs is not None:  # a voice message
+            data |= {"duration_secs": duration_secs, "waveform": "AAAA"}
+        return data
+
+    async def _cdn(self, request: web.Request) -> web.Response:
+        async with self._changed:
+            self.cdn_fetches.append(request.path)
+            self._changed.notify_all()
+        found = self.cdn.get(request.path)
+        if found is None or "hm" not in request.query:
+            return web.Response(status=404, text="This content is no longer available.")
+        content, content_type = found
+        return web.Response(body=content, content_type=content_type or "application/octet-stream")
 
     async def inject(self, data: dict[str, Any]) -> int:
         """Dispatch MESSAGE_CREATE; returns its sequence number."""
@@ -465,8 +533,8 @@ class FakeDiscord:
     async def _auth_and_journal(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if request.path == "/gateway":
-            return await handler(request)
+        if request.path == "/gateway" or request.path.startswith("/attachments/"):
+            return await handler(request)  # the websocket; the CDN, which takes no credentials
         path = request.path.removeprefix("/api/v10")
         body: Any = None
         if request.can_read_body:
@@ -475,10 +543,10 @@ class FakeDiscord:
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = raw.decode("utf-8", "replace")
-        call = Call("rest", request.method, path, body)
+        call = Call("rest", request.method, path, body, at=self.clock())
         await self._record(call)
-        # Interaction callbacks are authorized by the interaction's token in the path.
-        needs_auth = not path.startswith("/interactions/")
+        # Interaction callbacks and follow-ups are authorized by the interaction's token in the path.
+        needs_auth = not path.startswith(("/interactions/", "/webhooks/"))
         if needs_auth and request.headers.get("Authorization") != f"Bot {self.token}":
             call.status = 401
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
@@ -607,6 +675,26 @@ class FakeDiscord:
         await self._add_outgoing(Outgoing(cid, mid, content, edit=True))
         return _json(message)
 
+    async def _react(self, request: web.Request) -> web.Response:
+        if request.match_info["cid"] not in self._channels():
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        mine = self.reactions.setdefault(request.match_info["mid"], [])
+        if request.match_info["emoji"] not in mine:
+            mine.append(request.match_info["emoji"])
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _unreact(self, request: web.Request) -> web.Response:
+        mine = self.reactions.get(request.match_info["mid"], [])
+        if request.match_info["emoji"] in mine:
+            mine.remove(request.match_info["emoji"])
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
     async def _typing(self, request: web.Request) -> web.Response:
         if request.match_info["cid"] not in self._channels():
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
@@ -675,6 +763,45 @@ class FakeDiscord:
                 "resource": {"type": body.get("type"), "message": message},
             }
         )
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        """Execute the interaction's webhook: only after the interaction was answered, within its token."""
+        token = request.match_info["token"]
+        interaction = next((i for i in self.interactions.values() if i["token"] == token), None)
+        if request.match_info["app"] != APP_ID or interaction is None:
+            return _json({"message": "Unknown Webhook", "code": 10015}, status=404)
+        if interaction["id"] not in self.acks:
+            return _json({"message": "Unknown interaction", "code": 10062}, status=404)
+        body = request.get(BODY) or {}
+        content = body.get("content") or ""
+        error = _content_error(content)
+        if error is not None:
+            return error
+        flags = body.get("flags") or 0
+        data: dict[str, Any] = {
+            "type": 20,
+            "tts": False,
+            "timestamp": iso(),
+            "pinned": False,
+            "mentions": [],
+            "mention_roles": [],
+            "mention_everyone": False,
+            "id": self.snowflake(),
+            "flags": flags,
+            "embeds": [],
+            "edited_timestamp": None,
+            "content": content,
+            "components": [],
+            "channel_id": interaction["channel_id"],
+            "author": BOT_USER,
+            "attachments": [],
+            "webhook_id": APP_ID,
+            "application_id": APP_ID,
+        }
+        async with self._changed:
+            self.followups.append(Followup(interaction["id"], data["id"], content, bool(flags & 64)))
+            self._changed.notify_all()
+        return _json(data)
 
     # -- data ------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import multipart as aiohttp_multipart
 from aiohttp import web
 
 from tests.fakes.serve import serve_loopback
@@ -64,10 +65,37 @@ class BreakStream:
 
 Behavior = Reply | ToolCall | Fail | Hang | Gate | BreakStream
 
+# A model id LiteLLM says can see pictures (litellm.supports_vision): its requests carry image parts.
+VISION_MODEL = "openai/gpt-4o"
+TRANSCRIPTION_MODEL = "openai/whisper-1"
+
+
+def image_parts(request: dict[str, Any]) -> list[str]:
+    """The image URLs (data: URLs) of a chat request's messages, in order."""
+    found = []
+    for message in request.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            found += [p["image_url"]["url"] for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+    return found
+
+
+def user_text(request: dict[str, Any]) -> str:
+    """The text of a chat request's newest user message (its text parts joined, when it has parts)."""
+    last = next((m for m in reversed(request.get("messages", [])) if m.get("role") == "user"), None)
+    content = last.get("content") if last else ""
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return str(content or "")
+
 
 def echo(request: dict[str, Any]) -> Behavior:
     last = next((m for m in reversed(request.get("messages", [])) if m.get("role") == "user"), None)
     content = last.get("content") if last else ""
+    if isinstance(content, list):  # text and image parts: the text is echoed, the pictures counted
+        images = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+        text = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        content = text.rpartition("\u27e6message\u27e7\n")[2] + (f" [{images} image(s)]" if images else "")
     if isinstance(content, str):  # the person's words, after the memory the gateway recalled before them
         content = content.rpartition("\u27e6message\u27e7\n")[2]
     return Reply(f"echo: {content}")
@@ -78,6 +106,10 @@ class FakeLLM:
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []  # bodies of /v1/embeddings, with "_headers"
         self.embedding_dim = 16
+        # /v1/audio/transcriptions: each request's fields and file size, and the texts to answer with
+        # (in order; when none is queued: "transcript of <n> bytes").
+        self.transcriptions: list[dict[str, Any]] = []
+        self.transcripts: deque[str] = deque()
         self._scripts: dict[str | None, deque[Behavior]] = {}
         self.default: Callable[[dict[str, Any]], Behavior] = echo
         self._changed = asyncio.Condition()
@@ -97,10 +129,12 @@ class FakeLLM:
         self._scripts.setdefault(model, deque()).extend(behaviors)
 
     async def start(self) -> FakeLLM:
-        app = web.Application()
+        # Requests with pictures in them run to megabytes, as real providers take (20 MB at OpenAI).
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         self._runner, self.url = await serve_loopback(app)
         return self
 
@@ -144,6 +178,31 @@ class FakeLLM:
             data.append({"object": "embedding", "index": i, "embedding": vector})
         usage = {"prompt_tokens": len(texts), "total_tokens": len(texts)}
         return web.json_response({"object": "list", "data": data, "model": body.get("model"), "usage": usage})
+
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        """OpenAI's transcription endpoint: a multipart form with `file` and `model` (and optional
+        `language`, `response_format`); answers `{"text": ...}`."""
+        fields: dict[str, Any] = {"_headers": dict(request.headers)}
+        reader = await request.multipart()
+        async for part in reader:
+            if not isinstance(part, aiohttp_multipart.BodyPartReader):
+                continue
+            if part.name == "file":
+                content = await part.read(decode=False)
+                fields |= {
+                    "filename": part.filename,
+                    "bytes": len(content),
+                    "content_type": part.headers.get("Content-Type"),
+                }
+            elif part.name:
+                fields[part.name] = await part.text()
+        async with self._changed:
+            self.transcriptions.append(fields)
+            self._changed.notify_all()
+        text = self.transcripts.popleft() if self.transcripts else f"transcript of {fields.get('bytes', 0)} bytes"
+        if fields.get("response_format") == "text":
+            return web.Response(text=text)
+        return web.json_response({"text": text})
 
     async def _models(self, _request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})

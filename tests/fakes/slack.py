@@ -3,7 +3,8 @@
 - Web API at `{url}/api/<method>` (what `AsyncWebClient(base_url=fake.api_base)` calls), taking
   query, form or JSON arguments and the token from `Authorization: Bearer` as slack_sdk sends it:
   auth.test, apps.connections.open (single-use `ws://` URLs to /socket), chat.postMessage,
-  chat.update. Bad tokens get `invalid_auth`, unknown methods `unknown_method`.
+  chat.update, chat.postEphemeral (kept in `ephemeral`, apart from `posted`), reactions.add/remove
+  (kept in `reactions`). Bad tokens get `invalid_auth`, unknown methods `unknown_method`.
 - Socket Mode at /socket: `hello` on connect, envelopes pushed with an `envelope_id` whose ack
   (`{"envelope_id": ...}`) is journaled; the socket can be closed, aborted, or asked to refresh.
 - Events API over HTTP: builders for Slack-shaped payloads and correctly signed request headers
@@ -43,6 +44,7 @@ class ApiCall:
     method: str
     args: dict[str, Any]
     token: str | None
+    at: float = 0.0  # when it arrived, by the fake's `clock`
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,17 @@ class Posted:
     ts: str
     text: str
     edit: bool = False
+    broadcast: bool = False  # reply_broadcast: a thread reply also shown in the channel
+
+
+@dataclass(frozen=True)
+class Ephemeral:
+    """A message only `user` sees (chat.postEphemeral): never in `posted`, which everyone sees."""
+
+    channel: str
+    user: str
+    thread_ts: str | None
+    text: str
 
 
 @dataclass(frozen=True)
@@ -100,11 +113,20 @@ class FakeSlack:
 
     calls: list[ApiCall] = field(default_factory=list)
     posted: list[Posted] = field(default_factory=list)
+    ephemeral: list[Ephemeral] = field(default_factory=list)
     acks: list[dict[str, Any]] = field(default_factory=list)
     hellos: int = 0
     url: str = ""
+    # Stamps `ApiCall.at`; a test on a virtual clock sets its clock here too.
+    clock: Callable[[], float] = time.monotonic
+    # The bot's reactions: (channel, message ts) -> reaction names.
+    reactions: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # Files people shared (files.info answers for them) and each download of one, by path.
+        self.files: dict[str, dict[str, Any]] = {}
+        self.file_fetches: list[tuple[str, str | None]] = []  # (path, the bearer token it came with)
+        self.files_read = True  # False: the app lacks the files:read scope (downloads get the sign-in page)
         self._changed = asyncio.Condition()
         self._scripts: dict[str, deque[Behavior]] = {}
         self._sockets: list[_Socket] = []
@@ -134,6 +156,7 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/socket", self._socket)
+        app.router.add_get("/files-pri/{path:.+}", self._private_file)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
         await self._runner.setup()
         await web.SockSite(self._runner, self._sock).start()  # type: ignore[arg-type]
@@ -190,7 +213,7 @@ class FakeSlack:
                 args.update(await request.post())
         auth = request.headers.get("Authorization", "")
         token = auth[7:] if auth.startswith("Bearer ") else args.pop("token", None)
-        self.calls.append(ApiCall(method, args, token))
+        self.calls.append(ApiCall(method, args, token, self.clock()))
         await self._notify()
 
         script = self._scripts.get(method)
@@ -208,6 +231,10 @@ class FakeSlack:
             "apps.connections.open": self._connections_open,
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
+            "chat.postEphemeral": self._post_ephemeral,
+            "files.info": self._files_info,
+            "reactions.add": self._reactions_add,
+            "reactions.remove": self._reactions_remove,
         }.get(method)
         if handler is None:
             return web.json_response({"ok": False, "error": "unknown_method"})
@@ -254,12 +281,25 @@ class FakeSlack:
         ts = self.next_ts()
         thread_ts = args.get("thread_ts") or None
         self._messages[(channel, ts)] = text
-        self.posted.append(Posted(channel, thread_ts, ts, text))
+        broadcast = args.get("reply_broadcast") in (True, "true", "1", 1)
+        self.posted.append(Posted(channel, thread_ts, ts, text, broadcast=broadcast))
         await self._notify()
         message = {"type": "message", "text": text, "user": self.bot_user_id, "bot_id": self.bot_id, "ts": ts}
         if thread_ts:
             message["thread_ts"] = thread_ts
         return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    async def _post_ephemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel, user, text = args.get("channel"), args.get("user"), args.get("text")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if not user:
+            return {"ok": False, "error": "user_not_found"}
+        if not text:
+            return {"ok": False, "error": "no_text"}
+        self.ephemeral.append(Ephemeral(str(channel), str(user), args.get("thread_ts") or None, str(text)))
+        await self._notify()
+        return {"ok": True, "message_ts": self.next_ts()}
 
     async def _update(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, ts, text = str(args.get("channel")), str(args.get("ts")), str(args.get("text") or "")
@@ -270,6 +310,81 @@ class FakeSlack:
         self.posted.append(Posted(channel, thread, ts, text, edit=True))
         await self._notify()
         return {"ok": True, "channel": channel, "ts": ts, "text": text}
+
+    async def _reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
+        where, name = (str(args.get("channel")), str(args.get("timestamp"))), str(args.get("name") or "")
+        if not name or ":" in name:
+            return {"ok": False, "error": "invalid_name"}
+        if name in self.reactions.get(where, set()):
+            return {"ok": False, "error": "already_reacted"}
+        self.reactions.setdefault(where, set()).add(name)
+        await self._notify()
+        return {"ok": True}
+
+    async def _reactions_remove(self, args: dict[str, Any]) -> dict[str, Any]:
+        where, name = (str(args.get("channel")), str(args.get("timestamp"))), str(args.get("name") or "")
+        if name not in self.reactions.get(where, set()):
+            return {"ok": False, "error": "no_reaction"}
+        self.reactions[where].discard(name)
+        await self._notify()
+        return {"ok": True}
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def file(
+        self,
+        content: bytes,
+        name: str,
+        mimetype: str | None = None,
+        *,
+        filetype: str | None = None,
+        size: int | None = None,
+        duration_ms: int | None = None,
+        download_url: str | None = None,
+    ) -> dict[str, Any]:
+        """A file as a `file_share` message carries it; files.info answers for it and its private URL
+        serves `content` to the bot token only (`download_url` makes files.info point elsewhere)."""
+        file_id = f"F0{len(self.files) + 1:08d}"
+        path = f"/files-pri/{self.team_id}-{file_id}/{name}"
+        private = f"{self.url}{path}"
+        info: dict[str, Any] = {
+            "id": file_id,
+            "created": int(time.time()),
+            "name": name,
+            "title": name,
+            "mimetype": mimetype or "application/octet-stream",
+            "filetype": filetype or name.rsplit(".", 1)[-1],
+            "user": "U1001",
+            "mode": "hosted",
+            "is_external": False,
+            "size": len(content) if size is None else size,
+            "url_private": private,
+            "url_private_download": download_url or f"{private}?download=1",
+        }
+        if duration_ms is not None:
+            info["duration_ms"] = duration_ms
+        self.files[file_id] = {**info, "_content": content, "_path": path}
+        return info
+
+    async def _files_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        found = self.files.get(str(args.get("file")))
+        if found is None:
+            return {"ok": False, "error": "file_not_found"}
+        return {"ok": True, "file": {k: v for k, v in found.items() if not k.startswith("_")}}
+
+    async def _private_file(self, request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else None
+        self.file_fetches.append((request.path, token))
+        await self._notify()
+        if token != self.bot_token or not self.files_read:
+            # What Slack does for a private URL without the right token or scope: its sign-in page.
+            page = "<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
+            return web.Response(text=page, content_type="text/html")
+        found = next((f for f in self.files.values() if f["_path"] == request.path), None)
+        if found is None:
+            return web.Response(status=404)
+        return web.Response(body=found["_content"], content_type=found["mimetype"])
 
     # -- Socket Mode ----------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ python-telegram-bot sends (form-encoded fields with JSON-encoded non-string valu
 multipart also accepted), and answers `{"ok": ..., "result": ...}` like Telegram:
 
 - getMe, deleteWebhook, setWebhook, getWebhookInfo (queued updates, `webhook_error`), setMyCommands,
-  sendChatAction, getFile;
+  sendChatAction, getFile, setMessageReaction (one standard reaction per message, kept in `reactions`);
 - getUpdates as a real long poll: answers with the queued updates whose update_id >= offset,
   waits up to `timeout` seconds for new ones (an asyncio.Condition, no sleeping) and answers [] when
   none came; an `offset` acknowledges (forgets) every update below it; 409 while a webhook is set;
@@ -218,6 +218,18 @@ def visible_text(text: str, parse_mode: str | None) -> str:
     raise EntityParseError(f"unsupported parse mode {parse_mode!r}")
 
 
+_COMMAND = re.compile(r"/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{3,})?")
+
+
+def command_entity(text: str) -> list[dict[str, Any]] | None:
+    """The bot_command entity Telegram adds to a message that starts with "/word" (or
+    "/word@botname"), as a list of entities; None for any other text."""
+    found = _COMMAND.match(text)
+    if found is None:
+        return None
+    return [{"type": "bot_command", "offset": 0, "length": utf16_len(found.group())}]
+
+
 def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
@@ -230,6 +242,7 @@ class Call:
     method: str  # as Telegram spells it: "sendMessage"
     params: dict[str, Any]
     status: int | None = None  # the HTTP status answered (None while hanging)
+    at: float = 0.0  # when it arrived, by the fake's `clock`
 
 
 @dataclass(frozen=True)
@@ -243,6 +256,8 @@ class SentMessage:
     raw: str  # what the bot sent
     parse_mode: str | None
     edit: bool = False
+    reply_to: int | None = None  # reply_parameters.message_id: the message it quotes
+    allow_without_reply: bool | None = None  # reply_parameters.allow_sending_without_reply
 
 
 @dataclass
@@ -261,6 +276,7 @@ Behavior = Fail | Hang
 
 _JSON_FIELDS = {"commands", "allowed_updates", "reply_parameters", "entities", "reply_markup", "scope"}
 _JSON_FIELDS |= {"link_preview_options", "caption_entities"}
+_JSON_FIELDS |= {"reaction"}
 _INT_FIELDS = {"message_id", "message_thread_id", "offset", "limit", "max_connections"}
 _FLOAT_FIELDS = {"timeout"}
 _METHODS = {
@@ -278,6 +294,9 @@ _METHODS = {
         "getFile",
     )
 }
+_METHODS["setmessagereaction"] = "setMessageReaction"
+# What Telegram lets a bot react with (a few of its standard reactions are enough here).
+REACTIONS = frozenset({"👀", "👍", "🔥", "🤔", "✍", "👌", "🙏", "❤"})
 
 
 def _decode(name: str, value: str) -> Any:
@@ -312,6 +331,7 @@ class FakeTelegram:
         # What getWebhookInfo reports as Telegram's last failed delivery: (unix time, message).
         self.webhook_error: tuple[int, str] | None = None
         self.files: dict[str, dict[str, Any]] = {}
+        self.downloads: list[str] = []  # file paths fetched under /file/bot<token>/ (media, docs/media.md)
         self.url = ""
         self.polls_waiting = 0
         self._updates: deque[dict[str, Any]] = deque()
@@ -326,6 +346,10 @@ class FakeTelegram:
         self._stopping = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._client: aiohttp.ClientSession | None = None
+        # Stamps `Call.at`; a test on a virtual clock sets its clock here too.
+        self.clock: Callable[[], float] = time.monotonic
+        # The bot's reaction on each message, (chat_id, message_id) -> emoji; removed ones are gone.
+        self.reactions: dict[tuple[int, int], str] = {}
 
     @property
     def api_base_url(self) -> str:
@@ -443,6 +467,8 @@ class FakeTelegram:
             msg["reply_to_message"] = reply_to
         if text is not None:
             msg["text"] = text
+        if entities is None and text is not None:
+            entities = command_entity(text)  # Telegram marks a leading /command itself
         if entities:
             msg["entities"] = entities
         return {**msg, **extra}
@@ -510,6 +536,45 @@ class FakeTelegram:
         sender = {k: self.bot[k] for k in ("id", "is_bot", "first_name", "username")}
         return await self.enqueue({"message": self.message(chat, sender, text, thread_id=thread_id)})
 
+    # -- media: files a message carries, served by getFile and the file URL ------------------------
+
+    def stored_file(
+        self, content: bytes, folder: str = "documents", *, declared_size: int | None = None
+    ) -> dict[str, Any]:
+        """Register `content` for getFile; the File fields a message's photo, voice or document carries
+        (`declared_size`: a file_size that differs from the content, as a lying client's would)."""
+        n = len(self.files)
+        file_id = f"{folder[:3].upper()}FileId{n:04d}"
+        self.add_file(file_id, content, path=f"{folder}/file_{n}.bin")
+        size = len(content) if declared_size is None else declared_size
+        self.files[file_id]["file_size"] = size
+        return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": size}
+
+    async def media_dm(
+        self,
+        field: str,
+        content: bytes,
+        *,
+        caption: str | None = None,
+        sender: int = 1001,
+        declared_size: int | None = None,
+        **meta: Any,
+    ) -> dict[str, Any]:
+        """A DM carrying a file as Telegram sends it: `field` is photo (every size of it, the largest
+        is `content`), voice (with `duration`), audio, document (with `file_name`, `mime_type`)..."""
+        folder = {"photo": "photos", "voice": "voice", "audio": "music"}.get(field, "documents")
+        stored = self.stored_file(content, folder, declared_size=declared_size)
+        user = self.user(sender)
+        msg = self.message(self.private_chat(user), user, None)
+        if field == "photo":
+            thumb = self.stored_file(content[:64] or b"x", "thumbnails")
+            msg["photo"] = [{**thumb, "width": 90, "height": 90}, {**stored, "width": 1280, "height": 960, **meta}]
+        else:
+            msg[field] = {**stored, **meta}
+        if caption is not None:
+            msg["caption"] = caption
+        return await self.enqueue({"message": msg})
+
     async def redeliver(self, update: dict[str, Any]) -> None:
         """Send an update again on the next poll, as Telegram does when a confirmation was lost."""
         async with self._changed:
@@ -562,7 +627,7 @@ class FakeTelegram:
             params = await self._params(request)
         except ValueError:
             return _error(400, "Bad Request: can't parse request parameters")
-        call = Call(method, params)
+        call = Call(method, params, at=self.clock())
         async with self._changed:
             self.calls.append(call)
             self._changed.notify_all()
@@ -586,7 +651,10 @@ class FakeTelegram:
             return web.Response(status=401)
         for meta in self.files.values():
             if meta["file_path"] == request.match_info["path"]:
-                return web.Response(body=meta["_content"])
+                async with self._changed:
+                    self.downloads.append(meta["file_path"])
+                    self._changed.notify_all()
+                return web.Response(body=meta["_content"], content_type="application/octet-stream")
         return web.Response(status=404)
 
     # -- methods ----------------------------------------------------------------------------------
@@ -717,6 +785,7 @@ class FakeTelegram:
         if problem is not None:
             return problem
         assert plain is not None
+        quoted = params.get("reply_parameters") or {}
         m = SentMessage(
             chat_id,
             params.get("message_thread_id"),
@@ -724,6 +793,8 @@ class FakeTelegram:
             plain,
             params["text"],
             params.get("parse_mode"),
+            reply_to=quoted.get("message_id"),
+            allow_without_reply=quoted.get("allow_sending_without_reply"),
         )
         async with self._changed:
             self._messages[(chat_id, m.message_id)] = m
@@ -754,6 +825,24 @@ class FakeTelegram:
             self.sent.append(m)
             self._changed.notify_all()
         return _ok(self._message_json(m))
+
+    async def _m_setMessageReaction(self, _r: web.Request, params: dict[str, Any]) -> web.Response:
+        """A bot sets one reaction at most; an empty or missing list takes its reaction away."""
+        chat_id, message_id = params.get("chat_id"), params.get("message_id")
+        if not isinstance(chat_id, int) or not isinstance(message_id, int):
+            return _error(400, "Bad Request: message to react not found")
+        reaction = params.get("reaction") or []
+        if len(reaction) > 1:
+            return _error(400, "Bad Request: REACTIONS_TOO_MANY")
+        if reaction and (reaction[0].get("type") != "emoji" or reaction[0].get("emoji") not in REACTIONS):
+            return _error(400, "Bad Request: REACTION_INVALID")
+        async with self._changed:
+            if reaction:
+                self.reactions[(chat_id, message_id)] = reaction[0]["emoji"]
+            else:
+                self.reactions.pop((chat_id, message_id), None)
+            self._changed.notify_all()
+        return _ok(True)
 
 
 def _ok(result: Any) -> web.Response:

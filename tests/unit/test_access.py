@@ -70,7 +70,9 @@ def test_dm_policy_matrix(
         )
         for exp in [
             Verdict.IGNORE
-            if p == "disabled" or (p == "allowlist" and not listed) or (require and not mention and not command)
+            if p == "disabled" or (p == "allowlist" and not listed)
+            else Verdict.OVERHEAR  # kept as group context, not answered
+            if require and not mention and not command
             else Verdict.ALLOW
         ]
     ],

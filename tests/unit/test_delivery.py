@@ -15,6 +15,7 @@ from gateway.llm.client import Restart, TextDelta
 from gateway.turn.delivery import Delivery
 from gateway.turn.engine import TurnResult
 from memory.store.storage import Storage
+from tests.fakes.clock import VirtualClock
 
 
 class RecordingAdapter:
@@ -58,7 +59,8 @@ CONV = ConversationRef("rec", "chat")
 @pytest.fixture
 async def delivery(tmp_path: Path) -> AsyncIterator[Delivery]:
     storage = await Storage.open(f"sqlite:///{tmp_path}/d.db")
-    yield Delivery(storage.journal, send_retries=2)
+    clock = VirtualClock()  # waits for a budget or a retry_after pass at once
+    yield Delivery(storage.journal, send_retries=2, clock=clock, sleep=clock.sleep)
     await storage.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.core.events import ConversationKind
+from gateway.core.events import ConversationKind, MessageReceived
 from gateway.turn.commands import memory as memory_commands
 from gateway.turn.commands.context import CommandContext
 from gateway.turn.engine import model_chain
@@ -33,6 +33,10 @@ class Command:
     summary: str
     handler: Handler
     allowed: Allowed = _anyone
+    # Its answer shows what only the sender should see (their identities, their memory, a session's
+    # model and size, other people's pairing requests): in a group it is answered privately or not at
+    # all (gateway/turn/replies.py).
+    private: bool = False
 
 
 async def _help(ctx: CommandContext, _args: str) -> str:
@@ -45,6 +49,8 @@ async def _help(ctx: CommandContext, _args: str) -> str:
 
 async def _new(ctx: CommandContext, _args: str) -> str:
     await ctx.session_memory.reset(ctx.session_key, ctx.agent, ctx.user.id, ctx.flush_target)
+    if ctx.event.ref.kind != ConversationKind.DM:
+        await ctx.storage.groups.clear(ctx.event.ref.session_key)  # what the group said before, too
     if not ctx.config.memory.session_memory.enabled:
         return "Started a new conversation. The earlier messages are cleared and kept out of memory."
     return "Started a new conversation. Earlier messages are no longer part of the context (they are archived)."
@@ -158,8 +164,14 @@ COMMANDS: dict[str, Command] = {
         Command("help", "list the commands you can use", _help),
         Command("new", "start a new conversation", _new, _owner_or_admin),
         Command("reset", "same as /new: clear this conversation's context", _new, _owner_or_admin),
-        Command("status", "model, session size and estimated tokens", _status),
-        Command("archive", "search the older messages of your conversations: /archive WORDS", _archive, _memory_on),
+        Command("status", "model, session size and estimated tokens", _status, private=True),
+        Command(
+            "archive",
+            "search the older messages of your conversations: /archive WORDS",
+            _archive,
+            _memory_on,
+            private=True,
+        ),
         Command(
             "remember",
             "keep something in memory: /remember TEXT (--channel, --project, --global)",
@@ -168,13 +180,27 @@ COMMANDS: dict[str, Command] = {
         ),
         Command("forget", "forget a memory: /forget ID", memory_commands.forget, _memory_on),
         Command(
-            "memory", "search, show, list and review memories: /memory for help", memory_commands.memory, _memory_on
+            "memory",
+            "search, show, list and review memories: /memory for help",
+            memory_commands.memory,
+            _memory_on,
+            private=True,
         ),
-        Command("whoami", "your user id, linked identities and roles", _whoami),
-        Command("link", "join your accounts on several platforms: /link, then /link CODE elsewhere", _link),
-        Command("pair", "approve people waiting to talk to the assistant (admins)", _pair, _is_admin),
+        Command("whoami", "your user id, linked identities and roles", _whoami, private=True),
+        Command(
+            "link", "join your accounts on several platforms: /link, then /link CODE elsewhere", _link, private=True
+        ),
+        Command("pair", "approve people waiting to talk to the assistant (admins)", _pair, _is_admin, private=True),
     ]
 }
+
+
+def addressed(ev: MessageReceived) -> tuple[str, str] | None:
+    """(name, arguments) of a command addressed to the assistant: any in a DM; in a group only with
+    a mention (`/cmd@bot`, `@bot /cmd`, a registered command, the platform's own slash commands).
+    "/tmp is full again" said to a group is not one (docs/channels.md, "Groups")."""
+    parsed = parse(ev.text)
+    return parsed if ev.ref.kind == ConversationKind.DM or ev.mentions_bot else None
 
 
 def parse(text: str) -> tuple[str, str] | None:
@@ -187,6 +213,19 @@ def parse(text: str) -> tuple[str, str] | None:
     if not name.isidentifier():
         return None
     return name, rest.strip()
+
+
+def is_private(name: str) -> bool:
+    cmd = COMMANDS.get(name)
+    return cmd is not None and cmd.private
+
+
+def private_hint(name: str, *, slash_command: bool) -> str:
+    """What a group is told for a private command it cannot be answered privately there."""
+    where = "ask me in a direct message"
+    if slash_command:
+        where = f"use my /{name} slash command (only you see its answer), or {where}"
+    return f"/{name} shows things only you should see, so I don't answer it here: {where}."
 
 
 async def dispatch(ctx: CommandContext, name: str, args: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.config.model import AgentConfig, Config
@@ -17,19 +18,22 @@ from memory.trust.policy import Actor
 
 
 class AttemptLimiter:
-    """At most `limit` attempts per key in a sliding window (guards /link codes against guessing)."""
+    """At most `limit` attempts per key in a sliding window (guards /link codes against guessing).
+    Per process: with several instances each counts its own."""
 
-    def __init__(self, limit: int = 5, window: float = 600.0) -> None:
+    def __init__(self, limit: int = 5, window: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
         self.window = window
+        self._clock = clock
         self._hits: dict[str, deque[float]] = {}
 
-    def allow(self, key: str) -> bool:
-        now = time.monotonic()
+    def allow(self, key: str, limit: int | None = None) -> bool:
+        """Count an attempt under `key`; False (and not counted) past `limit` (default: the limiter's)."""
+        now = self._clock()
         hits = self._hits.setdefault(key, deque())
         while hits and now - hits[0] > self.window:
             hits.popleft()
-        if len(hits) >= self.limit:
+        if len(hits) >= (self.limit if limit is None else limit):
             return False
         hits.append(now)
         return True
