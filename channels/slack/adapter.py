@@ -419,7 +419,7 @@ def pacing(conv: ConversationRef) -> tuple[Rate, ...]:
     """Slack: about one message a second per channel (chat.postMessage), and chat.update in Tier 3,
     50+ a minute per workspace for the app: 45 a minute here, shared by all its conversations, so a
     busy workspace stays under the tier with room for the final edits."""
-    return (Rate(f"channel:{conv.chat_id}", 1.0), Rate("chat.update", 45 / 60, burst=3, sends=False))
+    return (Rate(f"channel:{conv.chat_id}", 1.0, burst=2), Rate("chat.update", 45 / 60, burst=3, sends=False))
 
 
 def _code(exc: SlackApiError) -> str:

@@ -460,9 +460,11 @@ class TelegramAdapter:
 
 def pacing(conv: ConversationRef) -> tuple[Rate, ...]:
     """Telegram's limits (Bots FAQ): about one message a second in a chat, at most 20 a minute in a
-    group, about 30 a second in all; an edit counts as a message."""
+    group, about 30 a second in all; an edit counts as a message. A group's budget lets 3 go at once
+    and refills 17 a minute, so no minute holds more than 20 and a short reply (its first piece, then
+    the final edit) is not held 3 s before its last words."""
     chat = f"chat:{conv.chat_id}"  # a forum's topics share their group's budget
-    per_chat = Rate(chat, 1.0) if conv.kind == ConversationKind.DM else Rate(chat, 20 / 60)
+    per_chat = Rate(chat, 1.0) if conv.kind == ConversationKind.DM else Rate(chat, 17 / 60, burst=3)
     return (per_chat, Rate("bot", 30.0, burst=30, hold=False))
 
 

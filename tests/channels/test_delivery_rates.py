@@ -41,8 +41,8 @@ HARNESSES = {
 EDITS_PER_MINUTE = {
     ("telegram", "dm"): 60,
     ("telegram", "group"): 20,
-    ("discord", "dm"): 48,
-    ("discord", "group"): 48,
+    ("discord", "dm"): 38,
+    ("discord", "group"): 38,
     ("slack", "dm"): 48,
     ("slack", "group"): 48,
 }

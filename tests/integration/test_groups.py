@@ -49,6 +49,13 @@ async def say(
     return dict(update["message"])
 
 
+async def dm(tg: FakeTelegram, text: str, *, sender: int) -> None:
+    """A DM in the same update id sequence as `say` (the fake's own counter starts far below it: an
+    id under the poll's offset counts as already received and is dropped, as Telegram would)."""
+    user = tg.user(sender)
+    await tg.enqueue({"update_id": next(UPDATE_IDS), "message": tg.message(tg.private_chat(user), user, text)})
+
+
 def answers(tg: FakeTelegram, chat_id: int = GROUP_ID) -> list[Any]:
     """The bot's messages in a chat as they read now (streamed ones edited to their end), as sent."""
     shown: dict[int, Any] = {}
@@ -96,7 +103,7 @@ async def test_what_bob_said_unaddressed_reaches_the_prompt_attributed_and_only_
         # Another group and a DM see nothing of it.
         other = await ask(tg, llm, "when is the deploy window?", chat_id=OTHER_GROUP)
         assert "17:30" not in str(other["messages"])
-        await tg.dm("when is the deploy window?", sender=ALICE)
+        await dm(tg, "when is the deploy window?", sender=ALICE)
         await until(lambda: len(llm.requests) == 3)
         await until(lambda: bool([s for s in tg.sent if s.chat_id == ALICE]))
         assert "17:30" not in str(llm.requests[2]["messages"])
@@ -127,7 +134,7 @@ async def test_slash_chatter_is_no_command_but_context_and_registered_commands_a
             assert "ask me in a direct message" in hint and "slash command" not in hint
             assert "Session:" not in hint and "Identities:" not in hint
         assert len(llm.requests) == 1
-        await tg.dm("/whoami", sender=ALICE)  # in a DM it is answered as ever
+        await dm(tg, "/whoami", sender=ALICE)  # in a DM it is answered as ever
         await until(lambda: any("Identities:" in s.text for s in tg.sent if s.chat_id == ALICE))
 
 
