@@ -148,11 +148,14 @@ class JobRunner:
             await self._wait()
 
     async def _wait(self) -> None:
+        # Cleared before the queue is read, not after: a wake that comes while it is read (a job
+        # queued, idle() asking) must end this wait, not be cleared unseen and leave the worker asleep
+        # for IDLE_POLL_SECONDS (idle() timed out so, seen under load).
+        self._wake.clear()
         due = await self.store.next_due()
         wait = IDLE_POLL_SECONDS
         if due is not None:
             wait = min(wait, max(MIN_WAIT_SECONDS, (due - utcnow()).total_seconds()))
-        self._wake.clear()
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns normally when the event is
         # set as the task is cancelled, losing the cancellation, and stop() then waits for a worker
         # that goes on claiming jobs (seen under load: a gateway that never stopped).

@@ -165,6 +165,37 @@ async def test_the_runner_runs_each_session_in_order_and_sessions_side_by_side(s
     assert (await store.counts())[DONE] == 6
 
 
+async def test_a_job_queued_while_the_worker_reads_the_queue_wakes_it(store: JobStore) -> None:
+    """A wake that lands while an idle worker asks the queue when the next job is due must not be
+    lost: the job runs now, not after the worker's idle poll (30 s)."""
+    runner = JobRunner(store, workers=1)
+    ran = asyncio.Event()
+
+    async def work(job: Job) -> Mapping[str, Any]:
+        ran.set()
+        return {}
+
+    runner.register("formation", work)
+    reading, go_on = asyncio.Event(), asyncio.Event()
+    next_due = store.next_due
+
+    async def slow_next_due() -> Any:
+        due = await next_due()  # nothing due: read before the job below is queued
+        reading.set()
+        await go_on.wait()
+        return due
+
+    store.next_due = slow_next_due  # type: ignore[method-assign]
+    runner.start()
+    try:
+        await asyncio.wait_for(reading.wait(), 5)  # the worker found nothing and reads the queue
+        await runner.enqueue("formation", "a")  # queued (and woken) meanwhile
+        go_on.set()
+        await asyncio.wait_for(ran.wait(), 5)
+    finally:
+        await runner.stop()
+
+
 async def test_the_runner_retries_a_failure_and_keeps_secrets_out_of_the_error(
     store: JobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
