@@ -126,8 +126,11 @@ def base_model(model_id: str) -> str:
 def model_info(model_id: str) -> ModelInfo:
     """The manifest's entry for `model_id` (found as the module's doc says), or what its directory
     declares, or an empty one (no prefixes, not calibrated); read once per model id (recall asks
-    every turn). A precision suffix is the model's: int8 keeps its calibration (measured: LoCoMo
-    R@10 0.780 and our own test half's hit@5 1.000 either way)."""
+    every turn). A vector space with a precision suffix (`<model>#int8`) has its own entry when it
+    was calibrated on its own (its floors differ by a grid step), else the model's."""
+    own = load_manifest().get(model_id)
+    if own is not None:
+        return replace(own, model_id=model_id)
     base = base_model(model_id)
     is_dir = Path(base).is_dir()
     found = match_entry(base, load_manifest(), is_dir)

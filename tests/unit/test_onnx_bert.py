@@ -72,7 +72,8 @@ def test_the_vector_space_follows_the_precision() -> None:
     assert LocalEmbedder(precision="int8").model_id == LOCAL_MODEL_ID + "#int8"
     assert LocalEmbedder(precision="fp32").model_id == LOCAL_MODEL_ID
     assert LocalEmbedder(runtime="numpy", precision="int8").model_id == LOCAL_MODEL_ID  # numpy computes fp32
-    assert model_info(LOCAL_MODEL_ID + "#int8").min_cosine == model_info(LOCAL_MODEL_ID).min_cosine
+    # Calibrated on its own, on the same tune half: a grid step below fp32's floor.
+    assert (model_info(LOCAL_MODEL_ID + "#int8").min_cosine, model_info(LOCAL_MODEL_ID).min_cosine) == (0.16, 0.17)
     with pytest.raises(ValueError, match="precision"):
         LocalEmbedder(precision="fp16")
 
