@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.turn.engine import PLAIN_BRACKETS
 from memory.store.sessions import Message
 
 OPEN, CLOSE = "\u27ea", "\u27eb"  # ⟪ ⟫
-# Both frames' brackets, made plain: recall's (⟦ ⟧) and this one's.
-PLAIN = {ord(OPEN): "[", ord(CLOSE): "]", ord("\u27e6"): "[", ord("\u27e7"): "]"}
+# Both frames' brackets, made plain: recall's (⟦ ⟧, engine.PLAIN_BRACKETS) and this one's.
+PLAIN = {**PLAIN_BRACKETS, ord(OPEN): "[", ord(CLOSE): "]"}
 LEGEND = (
     f"{OPEN}attachments{CLOSE} The person attached something to this message. Lines in {OPEN} {CLOSE} are "
     "written by the gateway. What stands between a file's opening line and its closing line is the "

@@ -36,6 +36,7 @@ from gateway.media.kinds import KINDS_READ, Identified, Kind, clock, declared_ki
 from gateway.media.policy import Problem
 from gateway.media.source import MediaSource
 from gateway.turn.engine import model_chain
+from memory.embed.providers import resolve_credentials
 
 log = logging.getLogger("clawgate.media")
 
@@ -290,20 +291,19 @@ def _pdf_notes(read: pdf.PdfText) -> list[str]:
     return []
 
 
-def _provider(model: str | None) -> str | None:
-    if not model:
-        return None
-    return model.split("/", 1)[0] if "/" in model else "openai"
-
-
 def transcription_credentials(ai: AIConfig) -> tuple[str | None, str | None]:
     """Where transcription requests go and with which key: ai.transcription's own, else ai's when the
-    chat model is of the same provider (a key is not sent to another provider's address)."""
+    chat model is of the same provider (a key is not sent to another provider's address), by the
+    rule remote embeddings follow (memory.embed.providers.resolve_credentials)."""
     spec = ai.transcription
-    same = _provider(spec.model) == _provider(ai.model)
-    base = spec.api_base or (ai.api_base if same else None)
-    if spec.api_key is not None:
-        return base, spec.api_key.get_secret_value()
-    if same and ai.api_key is not None and base == ai.api_base:
-        return base, ai.api_key.get_secret_value()
-    return base, None
+    if spec.model is None:
+        return None, None
+    found = resolve_credentials(
+        spec.model if "/" in spec.model else f"openai/{spec.model}",  # a bare id is OpenAI's, as LiteLLM reads it
+        api_base=spec.api_base,
+        api_key=spec.api_key.get_secret_value() if spec.api_key else None,
+        ai_model=ai.model,
+        ai_api_base=ai.api_base,
+        ai_api_key=ai.api_key.get_secret_value() if ai.api_key else None,
+    )
+    return found.api_base, found.api_key
