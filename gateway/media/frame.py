@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.turn.context import on_newest_user
 from gateway.turn.engine import PLAIN_BRACKETS
 from memory.store.sessions import Message
 
@@ -122,12 +123,14 @@ class TurnMedia:
         """`prompt` with the pictures after the text of its newest user message (recall already in it)."""
         if not self.images:
             return prompt
-        for i in range(len(prompt) - 1, -1, -1):
-            message = prompt[i]
-            if message.get("role") == "user" and isinstance(message.get("content"), str):
-                parts = [{"type": "text", "text": message["content"]}, *self.images]
-                return [*prompt[:i], {**message, "content": parts}, *prompt[i + 1 :]]
-        return prompt
+
+        def pictured(message: dict[str, Any]) -> dict[str, Any] | None:
+            content = message.get("content")
+            if not isinstance(content, str):
+                return None
+            return {**message, "content": [{"type": "text", "text": content}, *self.images]}
+
+        return on_newest_user(prompt, pictured)
 
 
 def compose(words: str, parts: Sequence[Part]) -> TurnMedia:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,8 +229,22 @@ def attach_recall(prompt: list[dict[str, Any]], block: str) -> list[dict[str, An
     before this), so only the gateway can write a label."""
     if not block:
         return prompt
+
+    def prefixed(message: dict[str, Any]) -> dict[str, Any] | None:
+        message = unframed(message)
+        content = message.get("content")
+        return {**message, "content": f"{block}\n{content}"} if isinstance(content, str) else None
+
+    return on_newest_user(prompt, prefixed)
+
+
+def on_newest_user(
+    prompt: list[dict[str, Any]], rewrite: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> list[dict[str, Any]]:
+    """`prompt` with its newest user message that `rewrite` takes (None: not this one, look further
+    back) replaced by what `rewrite` made of it; `prompt` itself when there is none. Recall, group
+    context and pictures all go into the newest user message (see attach_recall for why)."""
     for i in range(len(prompt) - 1, -1, -1):
-        message = unframed(prompt[i])
-        if message.get("role") == "user" and isinstance(message.get("content"), str):
-            return [*prompt[:i], {**message, "content": f"{block}\n{message['content']}"}, *prompt[i + 1 :]]
+        if prompt[i].get("role") == "user" and (changed := rewrite(prompt[i])) is not None:
+            return [*prompt[:i], changed, *prompt[i + 1 :]]
     return prompt

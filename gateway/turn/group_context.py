@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from gateway.core.channel_config import ChatChannelConfig
 from gateway.core.events import ConversationKind, MessageReceived, utcnow
-from gateway.turn.context import MESSAGE
+from gateway.turn.context import MESSAGE, on_newest_user
 from gateway.turn.engine import CLOSE, OPEN, PLAIN_BRACKETS
 from memory.store.group_history import GroupHistoryStore, GroupLine
 
@@ -84,22 +84,19 @@ def attach_group_context(prompt: list[dict[str, Any]], block: str) -> list[dict[
     the gateway's own: neither is touched here."""
     if not block:
         return prompt
-    for i in range(len(prompt) - 1, -1, -1):
-        message = prompt[i]
-        if message.get("role") != "user":
-            continue
+
+    def led(message: dict[str, Any]) -> dict[str, Any]:
         content = message.get("content")
         if isinstance(content, str):
             lead = block if MESSAGE in content else f"{block}\n{MESSAGE}"
-            changed = {**message, "content": f"{lead}\n{content}"}
-        elif isinstance(content, list):
+            return {**message, "content": f"{lead}\n{content}"}
+        if isinstance(content, list):
             texts = [str(p.get("text")) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
             lead = block if any(MESSAGE in t for t in texts) else f"{block}\n{MESSAGE}"
-            changed = {**message, "content": [{"type": "text", "text": lead}, *content]}
-        else:
-            return prompt
-        return [*prompt[:i], changed, *prompt[i + 1 :]]
-    return prompt
+            return {**message, "content": [{"type": "text", "text": lead}, *content]}
+        return message  # content of another shape: left as it is
+
+    return on_newest_user(prompt, led)
 
 
 def keeps_history(cfg: ChatChannelConfig | None, ev: MessageReceived) -> bool:
