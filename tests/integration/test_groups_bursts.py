@@ -66,6 +66,8 @@ async def test_quick_messages_are_one_turn(world: World) -> None:
     await t.advance(0.2)
     await until(lambda: "echo: so about the deploy\nit moved to 17:30\ncan you tell the team?" in finals(tg))
     assert len(llm.requests) == 1
+    # The reply goes out before its event is marked done: wait for the mark, not only the reply.
+    await until_journal(gw, lambda counts: not counts.get("received", 0))
     assert gw.storage is not None
     assert (await gw.storage.journal.counts()) == {"done": 1, "merged": 2}
 
