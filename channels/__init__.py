@@ -15,6 +15,8 @@ _FACTORIES = {
     "telegram": "channels.telegram.adapter:create",
     "discord": "channels.discord.adapter:create",
     "slack": "channels.slack.adapter:create",
+    "teams": "channels.teams.adapter:create",
+    "messenger": "channels.messenger.adapter:create",
 }
 # Read-only checks of a platform's credentials and reachability (`clawgate doctor`). The web channel
 # has none: it asks no platform (the doctor checks its host and port itself).
@@ -22,6 +24,8 @@ _PROBES = {
     "telegram": "channels.telegram.probe:probe",
     "discord": "channels.discord.probe:probe",
     "slack": "channels.slack.probe:probe",
+    "teams": "channels.teams.probe:probe",
+    "messenger": "channels.messenger.probe:probe",
 }
 PROBED_TYPES = frozenset(_PROBES)  # the channel types whose probe asks a platform over the network
 

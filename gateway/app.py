@@ -116,6 +116,7 @@ class Gateway:
             commands=tuple((c.name, c.summary) for c in COMMANDS.values()),
             accept=self._accept,
             replay=self._replay,
+            conversations=storage.conversations,
         )
         for name, ch_cfg in self.config.channels.items():
             if getattr(ch_cfg, "enabled", True):

@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from channels.discord.config import DiscordChannelConfig
+from channels.messenger.config import MessengerChannelConfig
 from channels.slack.config import SlackChannelConfig
+from channels.teams.config import TeamsChannelConfig
 from channels.telegram.config import TelegramChannelConfig
 from channels.web.config import WebChannelConfig
 from gateway.core.channel_config import Strict
@@ -96,15 +98,49 @@ class StorageConfig(Strict):
         return f"sqlite:///{(self.data_dir / 'clawgate.db').as_posix()}"
 
 
-AnyChannelConfig = WebChannelConfig | TelegramChannelConfig | DiscordChannelConfig | SlackChannelConfig
+AnyChannelConfig = (
+    WebChannelConfig
+    | TelegramChannelConfig
+    | DiscordChannelConfig
+    | SlackChannelConfig
+    | TeamsChannelConfig
+    | MessengerChannelConfig
+)
 ChannelConfig = Annotated[AnyChannelConfig, Field(discriminator="type")]
+
+
+# The shared web server's own paths: a platform's endpoint may not sit on or under one of them.
+_SERVER_PATHS = (
+    "/api/v1",
+    "/v1",
+    "/console",
+    "/ws",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/telegram",
+    "/slack",
+)
+
+
+def _unusable_path(path: str, taken: dict[str, str]) -> str | None:
+    """Why a platform cannot post to `path` on the shared server, or None (its shape is checked by
+    the channel's own config model)."""
+    if path == "/":
+        return "must be a path of its own, such as /api/messages"
+    for own in _SERVER_PATHS:
+        if path == own or path.startswith(own + "/"):
+            return f"the gateway serves {own} itself: choose another path"
+    if path in taken:
+        return f"channel {taken[path]!r} already receives its platform's calls at this path"
+    return None
 
 
 def _default_channels() -> dict[str, AnyChannelConfig]:
     return {"web": WebChannelConfig()}
 
 
-PLATFORM_TYPES = ("web", "telegram", "discord", "slack")
+PLATFORM_TYPES = ("web", "telegram", "discord", "slack", "teams", "messenger")
 
 
 def _default_roles() -> list[Role]:
@@ -404,6 +440,7 @@ class Config(Strict):
                     problems.append((f"projects.{project}.channels[{j}]", channel, f"no such channel (known: {known})"))
             if not bound.conversations and not bound.channels:
                 problems.append((f"projects.{project}", {}, "binds no conversation: list conversations or channels"))
+        paths: dict[str, str] = {}  # the paths platforms post to on the shared server -> the channel's name
         for name, ch in self.channels.items():
             if isinstance(ch, TelegramChannelConfig) and ch.mode == "webhook" and ch.webhook_secret is None:
                 problems.append(
@@ -426,6 +463,12 @@ class Config(Strict):
                             "http mode needs the signing secret to verify Slack's requests",
                         )
                     )
+            if isinstance(ch, TeamsChannelConfig | MessengerChannelConfig) and ch.enabled:
+                key = "endpoint_path" if isinstance(ch, TeamsChannelConfig) else "webhook_path"
+                path = getattr(ch, key)
+                if (why := _unusable_path(path, paths)) is not None:
+                    problems.append((f"channels.{name}.{key}", path, why))
+                paths.setdefault(path, name)
             if isinstance(ch, WebChannelConfig) and ch.enabled and not ch.is_loopback:
                 if not seen_tokens:
                     problems.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
 
@@ -171,6 +171,17 @@ class HistoryItem:
     text: str
 
 
+class ConversationState(Protocol):
+    """What a channel keeps about one of its platform conversations across restarts and instances:
+    a small JSON object per (channel, conversation), written whole. Teams keeps the address its
+    service answers at (the conversation reference); Messenger keeps when the person last wrote,
+    for its 24-hour window. Never message text: that is the session's, and redacted there."""
+
+    async def load(self, channel: str, conversation: str) -> dict[str, Any] | None: ...
+
+    async def save(self, channel: str, conversation: str, data: dict[str, Any]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelServices:
     """What the gateway hands a channel when it is created.
@@ -192,6 +203,8 @@ class ChannelServices:
     # it, once the first try's turn is over, or None when there is none to give (refused, failed).
     # Raises KeyReused when the retry's text is not the first try's.
     replay: Callable[[MessageReceived], Awaitable[RecordedReply | None]] | None = None
+    # Per-conversation state kept in the database (see ConversationState); None where nothing is kept.
+    conversations: ConversationState | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,10 @@ import errno
 import socket
 
 import channels
+from channels.messenger.config import MessengerChannelConfig
 from channels.slack.config import SlackChannelConfig
+from channels.teams.config import TeamsChannelConfig
+from channels.telegram.config import TelegramChannelConfig
 from channels.web.config import WebChannelConfig
 from gateway.config.model import AnyChannelConfig
 from gateway.core.probe import ConfigView, Finding, FindingStatus, Probe, short
@@ -114,14 +117,23 @@ def unpublished(p: Probe, cfg: WebChannelConfig) -> str | None:
             f"bound beyond loopback without {p.setting('public_url')}: set it to the https:// address people "
             "open, or a TLS proxy in front cannot sign in to the console and requests for that name are refused (421)"
         )
-    chats = p.config.channels.values()
-    slack_http = any(isinstance(c, SlackChannelConfig) and c.enabled and c.mode == "http" for c in chats)
-    if slack_http and not cfg.allowed_hosts:
+    called = [name for name, c in p.config.channels.items() if getattr(c, "enabled", True) and _called_back(c)]
+    if called and not cfg.allowed_hosts:
         return (
-            f"Slack's HTTP events come to the address of its Request URL: set {p.setting('public_url')} to it "
-            f"(or list its host in {p.setting('allowed_hosts')}), or the gateway refuses them (421)"
+            f"{', '.join(called)}: the platform calls the gateway at its public address: set "
+            f"{p.setting('public_url')} to it (or list its host in {p.setting('allowed_hosts')}), or the gateway "
+            "refuses those calls (421)"
         )
     return None
+
+
+def _called_back(cfg: AnyChannelConfig) -> bool:
+    """Whether the platform delivers this channel's events by calling the gateway's web server."""
+    if isinstance(cfg, SlackChannelConfig):
+        return cfg.mode == "http"
+    if isinstance(cfg, TelegramChannelConfig):
+        return cfg.mode == "webhook"
+    return isinstance(cfg, TeamsChannelConfig | MessengerChannelConfig)
 
 
 async def probe_web(p: Probe, cfg: WebChannelConfig) -> Finding:

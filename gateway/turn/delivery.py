@@ -23,7 +23,7 @@ from gateway.core.splitting import split_message
 from gateway.llm.client import Restart, TextDelta
 from gateway.turn.engine import TurnResult
 from gateway.turn.pacing import Clock, Pacer, Sleep
-from memory.store.journal import Journal
+from memory.store.platforms.journal import Journal
 
 log = logging.getLogger("clawgate.delivery")
 

@@ -1,5 +1,5 @@
 """Group awareness (docs/channels.md, "Groups"): what people said in a group without addressing the
-assistant is kept (memory/store/group_history.py) and shown to it, attributed and timed, when
+assistant is kept (memory/store/platforms/group_history.py) and shown to it, attributed and timed, when
 someone there addresses it.
 
 Where it goes: like recall (context.attach_recall), into the newest user message of the prompt, so
@@ -23,7 +23,7 @@ from gateway.core.channel_config import ChatChannelConfig
 from gateway.core.events import ConversationKind, MessageReceived, utcnow
 from gateway.turn.context import MESSAGE, on_newest_user
 from gateway.turn.engine import CLOSE, OPEN, PLAIN_BRACKETS
-from memory.store.group_history import GroupHistoryStore, GroupLine
+from memory.store.platforms.group_history import GroupHistoryStore, GroupLine
 
 MAX_BLOCK_CHARS = 8000  # the oldest lines go first past this
 NEWLINE = " ⏎ "  # a message's own line breaks, kept visible without starting a line

@@ -44,8 +44,8 @@ from gateway.turn.prepare import TurnPreparer
 from gateway.turn.turnstile import Place, Turnstile
 from memory.store.db import StorageUnwritable
 from memory.store.identities import User
-from memory.store.journal import PendingEvent
 from memory.store.leases import Lease, SessionLeases
+from memory.store.platforms.journal import PendingEvent
 from memory.store.sessions import Message, SessionState
 from memory.store.storage import Storage
 from memory.trust.redact import contains_secret, redact

@@ -419,7 +419,7 @@ write_checks = Table(
     Column("checked_at", UTCDateTime, nullable=False),
 )
 
-# Recent group messages that were not addressed to the assistant (memory/store/group_history.py), per
+# Recent group messages that were not addressed to the assistant (memory/store/platforms/group_history.py), per
 # conversation (`session_key`, thread or topic included), pruned to the channel's group_history. Prompt
 # context for that conversation only: never a session message, so never archived nor a source of memory.
 group_messages = Table(
@@ -433,4 +433,15 @@ group_messages = Table(
     Column("text", Text, nullable=False),  # redacted, capped
     Column("said_at", UTCDateTime, nullable=False),
     Index("ix_group_messages_conversation", "conversation", "id"),
+)
+
+# What a channel keeps about one platform conversation (memory/store/platforms/conversations.py): the
+# address its service answers at, when its person last wrote. A small JSON object, written whole.
+channel_conversations = Table(
+    "channel_conversations",
+    metadata,
+    Column("channel", String(255), primary_key=True),
+    Column("conversation", String(512), primary_key=True),
+    Column("data", JSON, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
 )

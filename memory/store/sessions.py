@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.core.events import utcnow
 from memory.store.db import Database
-from memory.store.journal import finish_in
+from memory.store.platforms.journal import finish_in
 from memory.store.schema import UTCDateTime, archived_messages, messages, session_flushes, sessions
 from memory.tokens import estimate_tokens
 from memory.trust.redact import REDACTED, redact

@@ -10,11 +10,12 @@ from memory.records.store import RecordStore
 from memory.store.console_sessions import ConsoleSessionStore
 from memory.store.db import Database
 from memory.store.flushes import FlushStore
-from memory.store.group_history import GroupHistoryStore
 from memory.store.identities import IdentityStore
 from memory.store.jobs import JobStore
-from memory.store.journal import Journal
 from memory.store.links import LinkStore, PairingStore
+from memory.store.platforms.conversations import ConversationStateStore
+from memory.store.platforms.group_history import GroupHistoryStore
+from memory.store.platforms.journal import Journal
 from memory.store.sessions import SessionStore
 
 
@@ -35,6 +36,7 @@ class Storage:
         self.pairing = PairingStore(db)
         self.console_sessions = ConsoleSessionStore(db)
         self.groups = GroupHistoryStore(db, secrets)  # unaddressed group messages: prompt context
+        self.conversations = ConversationStateStore(db)  # a platform conversation's address, its window
 
     @classmethod
     async def open(cls, url: str, secrets: Sequence[str] = ()) -> Storage:

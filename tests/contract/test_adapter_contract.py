@@ -1,4 +1,4 @@
-"""One contract, every adapter: the same behaviour from web, Telegram, Discord and Slack."""
+"""One contract, every adapter: the same behaviour from web, Telegram, Discord, Slack, Teams and Messenger."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ HARNESSES = {
     "telegram": "tests.contract.harness_telegram:TelegramHarness",
     "discord": "tests.contract.harness_discord:DiscordHarness",
     "slack": "tests.contract.harness_slack:SlackHarness",
+    "teams": "tests.contract.harness_teams:TeamsHarness",
+    "messenger": "tests.contract.harness_messenger:MessengerHarness",
 }
 
 
@@ -87,6 +89,13 @@ async def test_send_edit_and_typing(harness: Harness) -> None:
     conv = harness.conversation("dm")
     async with harness.adapter.typing(conv):
         ref = await harness.adapter.send(OutboundMessage(conv, "first **draft**", "k1", final=False))
+    if not harness.adapter.capabilities.can_edit:  # Messenger: the gateway never asks it to edit
+        with pytest.raises(DeliveryError) as refused:
+            await harness.adapter.edit(ref, "final text", final=True)
+        assert not refused.value.retryable
+        sent = await harness.wait_sent(1)
+        assert sent[0].chat_id == conv.chat_id and "draft" in sent[0].text
+        return
     await harness.adapter.edit(ref, "final text", final=True)
     sent = await harness.wait_sent(2)
     assert sent[0].chat_id == conv.chat_id and not sent[0].edit

@@ -201,3 +201,27 @@ def test_platform_channels_need_their_credentials() -> None:
     assert "webhook mode needs a secret" in found["channels.telegram.webhook_secret"]
     assert "signing secret" in found["channels.slack.signing_secret"]
     assert "app-level token" in found["channels.slack-socket.app_token"]
+
+
+def test_a_platform_posts_to_a_path_of_its_own_on_the_shared_server() -> None:
+    teams = {"type": "teams", "app_id": "00000000-0000-0000-0000-000000000001", "app_password": "pw"}
+    fb = {"type": "messenger", "page_access_token": "EAA1", "app_secret": "s", "verify_token": "verify-me"}
+    found = problems(
+        {
+            "channels": {
+                "teams": teams,
+                "teams-2": teams,  # the same default path as the first
+                "fb": {**fb, "webhook_path": "/api/v1/hook"},
+                "fb-4": {**fb, "webhook_path": "/telegram/bot"},
+            }
+        }
+    )
+    assert "channel 'teams' already receives" in found["channels.teams-2.endpoint_path"]
+    assert "the gateway serves /api/v1 itself" in found["channels.fb.webhook_path"]
+    assert "/telegram" in found["channels.fb-4.webhook_path"]
+    for bad in ("hook", "/messenger/webhook?x=1"):  # the shape: the channel's own model
+        assert (
+            "starting with /" in problems({"channels": {"fb": {**fb, "webhook_path": bad}}})["channels.fb.webhook_path"]
+        )
+    assert "channels.teams.endpoint_path" not in found
+    parse_config({"channels": {"teams": teams, "fb": fb, "fb-2": {**fb, "webhook_path": "/page-2/webhook"}}})

@@ -173,9 +173,10 @@ def test_who_can_use_the_web_channel() -> None:
         ({"host": "127.0.0.1"}, None, None),
         ({"host": "0.0.0.0"}, None, "bound beyond loopback without channels.web.public_url"),
         ({"host": "0.0.0.0", "public_url": "https://chat.example.com"}, None, None),
-        ({"host": "127.0.0.1"}, "http", "Slack's HTTP events come to the address of its Request URL"),
+        ({"host": "127.0.0.1"}, "http", "slack: the platform calls the gateway at its public address"),
         ({"host": "127.0.0.1", "allowed_hosts": ["chat.example.com"]}, "http", None),
         ({"host": "127.0.0.1"}, "socket", None),
+        ({"host": "127.0.0.1"}, "teams", "slack, teams: the platform calls the gateway at its public address"),
     ],
 )
 def test_the_doctor_says_when_people_reach_the_web_channel_at_a_name_it_does_not_know(
@@ -183,7 +184,10 @@ def test_the_doctor_says_when_people_reach_the_web_channel_at_a_name_it_does_not
 ) -> None:
     channels_data: dict[str, Any] = {"web": web}
     if slack is not None:
-        channels_data["slack"] = {"bot_token": "xoxb-1", "app_token": "xapp-1", "signing_secret": "s", "mode": slack}
+        mode = "http" if slack == "teams" else slack
+        channels_data["slack"] = {"bot_token": "xoxb-1", "app_token": "xapp-1", "signing_secret": "s", "mode": mode}
+    if slack == "teams":
+        channels_data["teams"] = {"app_id": "00000000-0000-0000-0000-000000000001", "app_password": "pw"}
     users = {"alice": {"tokens": ["alice-token-0123456789"]}}
     config = _config(channels=channels_data, users=users)
     found = unpublished(Probe("web", config, 1), config.channels["web"])
@@ -214,9 +218,11 @@ async def test_webhooks_and_http_events_need_an_enabled_web_channel() -> None:
             "web": {"enabled": False},
             "tg": {"type": "telegram", "token": "1:x", "mode": "webhook", "webhook_secret": "s" * 16},
             "sl": {"type": "slack", "mode": "http", "bot_token": "xoxb-1", "signing_secret": "secret"},
+            "ms": {"type": "teams", "app_id": "00000000-0000-0000-0000-000000000001", "app_password": "pw"},
+            "fb": {"type": "messenger", "page_access_token": "EAA1", "app_secret": "s", "verify_token": "verify-me"},
         }
     )
-    for name in ("tg", "sl"):
+    for name in ("tg", "sl", "ms", "fb"):
         found = await probe_channel(Probe(name, config, 1), config.channels[name])  # nothing is asked
         assert found.status == "fail" and "no web channel is enabled" in found.detail
         assert found.hint is not None and found.hint.startswith("add an enabled web channel")
@@ -224,7 +230,7 @@ async def test_webhooks_and_http_events_need_an_enabled_web_channel() -> None:
 
 def test_platform_sdks_are_imported_only_inside_their_channel_packages() -> None:
     """DESIGN §1: gateway/ asks a platform only through channels.probe and channels.create."""
-    sdks = {"telegram", "discord", "slack_sdk", "slack_bolt"}
+    sdks = {"telegram", "discord", "slack_sdk", "slack_bolt", "microsoft_agents"}
     found = []
     for path in sorted((REPO / "gateway").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -236,7 +242,7 @@ def test_platform_sdks_are_imported_only_inside_their_channel_packages() -> None
 
 
 async def test_every_platform_has_a_probe_and_the_web_channel_none() -> None:
-    assert channels.PROBED_TYPES == {"telegram", "discord", "slack"}
+    assert channels.PROBED_TYPES == {"telegram", "discord", "slack", "teams", "messenger"}
     for kind in sorted(channels.PROBED_TYPES):
         module = importlib.import_module(f"channels.{kind}.probe")
         assert inspect.iscoroutinefunction(module.probe)

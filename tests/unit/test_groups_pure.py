@@ -30,7 +30,7 @@ from gateway.turn.context import MESSAGE, attach_recall
 from gateway.turn.engine import CLOSE, OPEN
 from gateway.turn.group_context import GROUP_END, attach_group_context, group_block, one_line, said, stamp
 from gateway.turn.replies import Target, private, target
-from memory.store.group_history import GroupLine
+from memory.store.platforms.group_history import GroupLine
 
 NOW = datetime(2026, 3, 14, 16, 0, tzinfo=UTC)
 ZONE = ZoneInfo("Europe/Berlin")

@@ -7,7 +7,7 @@ Revises: 0013
 Create Date: 2026-12-01
 
 From this revision on the gateway redacts chat text as it stores it (memory/store/sessions.py,
-memory/store/journal.py; DESIGN §11). This migration brings what was stored before to the same state, each
+memory/store/platforms/journal.py; DESIGN §11). This migration brings what was stored before to the same state, each
 text through memory.trust.redact once, messages exactly as the gateway now stores them
 (memory.store.sessions.stored_copy, token estimates included; a session's running total follows its
 active messages).
