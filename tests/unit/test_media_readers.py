@@ -84,8 +84,9 @@ async def test_a_pdf_reader_out_of_time_is_stopped() -> None:
     many = media.pdf_many_pages(3000)
     started = time.monotonic()
     read = await pdf.read(many, max_pages=3000, max_chars=10_000_000, seconds=0.3)
-    # It stops itself between pages; a child that could not would be killed 5 s after its time.
-    assert read.stopped == "time" and 0 < read.read < 3000
+    # It stops itself between pages; a child that could not would be killed 5 s after its time. (On a
+    # busy machine the child may not have read a page yet when its time is up: that is a stop too.)
+    assert read.stopped == "time" and read.read < 3000
     assert time.monotonic() - started < 6
 
 
