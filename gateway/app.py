@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,9 @@ from typing import Any
 from aiohttp import web
 
 import channels
-from channels.telegram.config import TelegramChannelConfig
-from channels.web.config import WebChannelConfig
 from gateway.config.load import secret_values
-from gateway.config.model import AIConfig, Config
-from gateway.core.events import ConversationRef, MessageReceived
+from gateway.config.model import Config
+from gateway.core.events import ConversationRef, MessageReceived, utcnow
 from gateway.core.logs import event, setup_logging
 from gateway.core.metrics import Metrics
 from gateway.core.ports import Adapter, ChannelServices, HistoryItem, RecordedReply
@@ -30,10 +28,11 @@ from gateway.jobs.consolidation import CONSOLIDATE_JOB, Consolidator
 from gateway.jobs.formation import Formation
 from gateway.jobs.merge import MERGE_JOB, Merger, scheduler_from_config
 from gateway.jobs.runner import JobRunner
-from gateway.llm.client import LLMClient, ModelSpec
+from gateway.llm.client import LLMClient, ModelSpec, llm_settings
 from gateway.recall.engine import TurnRecall, embedder_from_config
 from gateway.recall.trace import TraceRecorder
 from gateway.reload import Reloader
+from gateway.schedules.service import Schedules
 from gateway.session.adjudicate import DEDUPE_JOB, Duplicates
 from gateway.session.budget import SessionMemory
 from gateway.session.memory_service import MemoryService
@@ -48,7 +47,7 @@ from gateway.web import console
 from gateway.web.auth import TokenAuth
 from gateway.web.console.service import ConsoleService
 from gateway.web.openai_api import OpenAIApi
-from gateway.web.server import HostPolicy, MetricsAccess, add_ops_routes, build_app
+from gateway.web.server import add_ops_routes, build_app, host_policy, metrics_access
 from memory.archive.daily import DailyFiles
 from memory.archive.daily_index import DailyIndex
 from memory.store.jobs import DONE
@@ -62,9 +61,19 @@ log = logging.getLogger("clawgate.app")
 
 
 class Gateway:
-    def __init__(self, config: Config, config_path: Path | None = None, *, freeze_heap: bool = False) -> None:
-        """`freeze_heap`: the process is this gateway's own (`clawgate run`): see _freeze_heap."""
+    def __init__(
+        self,
+        config: Config,
+        config_path: Path | None = None,
+        *,
+        freeze_heap: bool = False,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        """`freeze_heap`: the process is this gateway's own (`clawgate run`): see _freeze_heap.
+        `clock`: what "now" is for scheduled work (the job queue, reminders): tests move it."""
         self.config = config
+        self.clock = clock
+        self.schedules: Schedules | None = None
         self._freeze = freeze_heap
         self.metrics = Metrics()
         self.storage: Storage | None = None
@@ -125,7 +134,8 @@ class Gateway:
         daily = DailyFiles(self.config.storage.data_dir / "memory", secrets)
         self.daily_index = DailyIndex(storage.db, daily)
         # Background work (DESIGN §8): each feature registers its job kinds on this runner below.
-        self.jobs = JobRunner(storage.jobs, secrets=secrets)
+        self.jobs = JobRunner(storage.jobs, secrets=secrets, clock=self.clock)
+        self.schedules = Schedules(self.config, storage, self.jobs, secrets, self.clock)  # docs/schedules.md
         self.session_memory = SessionMemory(self.config, storage, self.llm, daily, secrets, self.daily_index)
         memory = MemoryService(self.config, storage.records, secrets)
         embedder = embedder_from_config(self.config) if self.config.memory.enabled else None
@@ -153,7 +163,7 @@ class Gateway:
         memory.dedupe, memory.revisions = duplicates.settle, storage.revisions
         self.formation.compare = duplicates.formed
         self.jobs.register(DEDUPE_JOB, duplicates.handle_job)
-        tools = [CURRENT_TIME]
+        tools = [CURRENT_TIME, *self.schedules.tools()]
         if self.config.memory.enabled:  # off entirely: no memory tool is even offered
             tools += [search_archive_tool(storage.archive), *memory_tools(memory)]
             tools.append(consolidate_tool(self.consolidator, self.jobs))
@@ -176,6 +186,8 @@ class Gateway:
             self._leases(storage),
         )
         self.session_memory.leases = self.router.leases
+        self.schedules.attach(self.router, app)
+        self.router.schedules = self.schedules.scheduler
         self.openai_api = OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body)
         self.openai_api.mount(app)
         trace_store = self.traces.store
@@ -205,6 +217,7 @@ class Gateway:
         self.session_memory.start()
         self.recall.start()  # loads the embedding model in the background: recall is lexical meanwhile
         self.jobs.start()
+        await self.schedules.start()
         if self.config.memory.enabled and self.config.memory.merge.enabled:  # the daily merge, at memory.merge.at
             self._background.append(asyncio.create_task(scheduler_from_config(self.config, self.jobs.enqueue).run()))
         self._background.append(asyncio.create_task(self._maintenance()))
@@ -279,6 +292,9 @@ class Gateway:
             self.openai_api.config = config
         if self.console is not None:
             self.console.config = config
+        if self.schedules is not None:  # the schedules' rows follow in the background
+            self.schedules.use_config(config)
+            self._background.append(asyncio.create_task(self.schedules.start()))
 
     async def _accept(self, ev: MessageReceived) -> bool:
         if self.router is None:
@@ -565,33 +581,6 @@ class Gateway:
         key = self.router.session_key_for(ref, user)
         msgs = await self.storage.sessions.history(key)
         return [HistoryItem("notice" if m.author == NOTICE_AUTHOR else m.role, m.content) for m in msgs]
-
-
-def host_policy(config: Config) -> HostPolicy:
-    """The Host names the web server answers (DNS rebinding, gateway/web/server.py): where the web
-    channels listen and are published, and where Telegram calls its webhooks."""
-    webs = config.web_channels().values()
-    urls = [c.public_url for c in webs if c.public_url]
-    urls += [c.webhook_url for c in config.channels.values() if isinstance(c, TelegramChannelConfig) and c.webhook_url]
-    names = [name for c in webs for name in c.allowed_hosts]
-    return HostPolicy.build([c.host for c in webs], urls, names)
-
-
-def metrics_access(webs: dict[str, WebChannelConfig]) -> MetricsAccess:
-    tokens = tuple(c.metrics.token.get_secret_value() for c in webs.values() if c.metrics.token is not None)
-    return MetricsAccess(tokens, public=any(c.metrics.public for c in webs.values()))
-
-
-def llm_settings(ai: AIConfig) -> dict[str, Any]:
-    """The LLMClient's settings from `ai` (at start, and again on each reload)."""
-    return {
-        "timeout": ai.timeout_seconds,
-        "retries": ai.retries,
-        "backoff": ai.retry_backoff_seconds,
-        "max_concurrent": ai.max_concurrent_calls,
-        "temperature": ai.temperature,
-        "transport": ai.transport,
-    }
 
 
 def _iso(unix: float) -> str:

@@ -4,7 +4,8 @@ stopped around a test: the world of the access-flow and formation tests."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,16 @@ from tests.fakes.telegram import FakeTelegram
 
 @contextlib.asynccontextmanager
 async def telegram_world(
-    tmp_path: Path, users: dict[str, Any], *, telegram: dict[str, Any] | None = None, **more: Any
+    tmp_path: Path,
+    users: dict[str, Any],
+    *,
+    telegram: dict[str, Any] | None = None,
+    clock: Callable[[], datetime] | None = None,
+    **more: Any,
 ) -> AsyncIterator[tuple[Gateway, FakeTelegram, FakeLLM]]:
-    """`users` as config.yaml declares them; `telegram`: more keys of the channel; `more`: more
-    top-level config sections (e.g. `session`)."""
+    """`users` as config.yaml declares them; `telegram`: more keys of the channel; `clock`: the
+    gateway's wall clock for scheduled work (tests/fakes/clock.py WallClock); `more`: more top-level
+    config sections (e.g. `session`)."""
     llm = await FakeLLM().start()
     tg = await FakeTelegram().start()
     config = parse_config(
@@ -42,7 +49,7 @@ async def telegram_world(
         "t",
         env={},
     )
-    gw = Gateway(config)
+    gw = Gateway(config, clock=clock) if clock is not None else Gateway(config)
     await gw.start()
     await gw.llm.ready()
     try:

@@ -16,6 +16,7 @@ from typing import Any
 from gateway import __version__
 from gateway.cli import memory as cli_memory
 from gateway.cli import migrate as cli_migrate
+from gateway.cli import schedules as cli_schedules
 from gateway.cli import status as cli_status
 from gateway.cli.common import data_dir_of, load_or_report, report
 from gateway.config.load import default_config_path
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_migrate.add_parser(sub)
     cli_memory.add_parsers(sub)
     cli_status.add_parsers(sub)
+    cli_schedules.add_parsers(sub)
     return p
 
 
@@ -340,5 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli_memory.run(args, _config_path(args))
     if args.command in ("status", "jobs"):
         return cli_status.run(args, _config_path(args))
+    if args.command == "schedules":
+        return cli_schedules.run(args, _config_path(args))
     parser.print_help()
     return 0 if args.command is None else 2

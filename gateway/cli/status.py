@@ -1,5 +1,6 @@
 """`clawgate status` (what the gateway's database says now: background jobs, dead letters, flushes,
-memory) and `clawgate jobs list|retry` (the job queue, and a way out of its dead-letter state)."""
+memory, scheduled runs whose last run failed) and `clawgate jobs list|retry` (the job queue, and a way
+out of its dead-letter state)."""
 
 from __future__ import annotations
 
@@ -54,11 +55,17 @@ def _run(args: argparse.Namespace, config: Config) -> int:
             flushes = await storage.flushes.counts()
             records = await storage.records.count()
             pending_review = await storage.records.count(review_status=ReviewStatus.PENDING)
+            runs = await storage.schedules.list(kind="schedule")
+            failed = [s for s in runs if s.last_outcome == "dead"]
             out: dict[str, Any] = {
                 "jobs": counts,
                 "dead_letters": [j.to_json() for j in dead],
                 "flushes": flushes,
                 "memory_records": {"active": records, "pending_review": pending_review},
+                "schedules": {
+                    "configured": len(runs),
+                    "last_run_failed": [{"name": s.name, "error": s.last_error} for s in failed],
+                },
             }
             if args.json:
                 emit(json.dumps(out))
@@ -70,6 +77,9 @@ def _run(args: argparse.Namespace, config: Config) -> int:
                     print("  " + _line(job))
             print("flushes: " + (", ".join(f"{n} {s}" for s, n in sorted(flushes.items())) or "none"))
             print(f"memory records: {records} active, {pending_review} waiting for review")
+            print(f"scheduled runs: {len(runs)} (clawgate schedules list)")
+            for s in failed:
+                print(f"  {s.name}: its last run failed: {s.last_error}")
             return 0
 
         return with_storage(config, status)

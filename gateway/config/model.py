@@ -19,6 +19,8 @@ from channels.slack.config import SlackChannelConfig
 from channels.teams.config import TeamsChannelConfig
 from channels.telegram.config import TelegramChannelConfig
 from channels.web.config import WebChannelConfig
+from gateway.config.fields import check_zone
+from gateway.config.schedules import HookConfig, RemindersConfig, ScheduleConfig, schedule_problems
 from gateway.core.channel_config import Strict
 
 Role = Literal["admin", "system", "user", "public"]
@@ -120,6 +122,7 @@ _SERVER_PATHS = (
     "/metrics",
     "/telegram",
     "/slack",
+    "/hooks",
 )
 
 
@@ -151,6 +154,14 @@ class UserConfig(Strict):
     roles: list[Role] = Field(default_factory=_default_roles)
     identities: list[str] = Field(default_factory=list)
     tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(default_factory=list)
+    # The person's time zone, for reminders ("tomorrow 9:00"); unset: what they set with /timezone,
+    # else the config's top-level timezone.
+    timezone: str | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        return check_zone(value) if value is not None else None
 
     @field_validator("identities")
     @classmethod
@@ -398,17 +409,15 @@ class Config(Strict):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     timezone: str = "UTC"
+    # Agent runs on a schedule, inbound webhooks, and the reminders people set (docs/schedules.md).
+    schedules: dict[Annotated[str, Field(min_length=1, max_length=64)], ScheduleConfig] = Field(default_factory=dict)
+    hooks: dict[str, HookConfig] = Field(default_factory=dict)
+    reminders: RemindersConfig = Field(default_factory=RemindersConfig)
 
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo
-
-        try:
-            ZoneInfo(value)
-        except Exception:
-            raise ValueError("unknown IANA time zone, e.g. 'Europe/Berlin'") from None
-        return value
+        return check_zone(value)
 
     def check_semantics(self) -> list[tuple[str, object, str]]:
         """Cross-field problems as (path, value, reason); empty when the config is usable."""
@@ -479,6 +488,8 @@ class Config(Strict):
                             "add users.<id>.tokens or bind to 127.0.0.1",
                         )
                     )
+        agents = [a.name for a in self.agents.list]
+        problems += schedule_problems(self.schedules, self.hooks, self.channels, self.users, agents)
         return problems
 
     def unread_keys(self) -> list[tuple[str, str]]:

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+# Authors of messages the gateway itself puts in a session (its notices, the prompts of scheduled runs
+# and webhooks) are named in this namespace, which no platform identity uses ("<platform>:<id>"):
+# such messages are nobody's words, so they never form memory (memory/formation/admission.py).
+GATEWAY_AUTHOR = "clawgate:"
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)

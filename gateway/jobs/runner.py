@@ -20,7 +20,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from gateway.core.events import utcnow
@@ -58,8 +58,12 @@ class JobRunner:
         lease: timedelta = LEASE,
         secrets: list[str] | None = None,
         worker_id: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
+        # What "now" is for due times, claims and retries: a test's fake clock moves scheduled work
+        # without waiting for it (the workers look again when woken: see wake()).
+        self.clock = clock
         self.workers = workers
         self.lease = lease
         self.secrets = secrets if secrets is not None else []  # the gateway's own list: a reload adds to it
@@ -69,6 +73,9 @@ class JobRunner:
         self._tasks: list[asyncio.Task[None]] = []
         self._busy = 0  # workers claiming or running a job
         self._settled = asyncio.Event()  # set while nothing runs and nothing was due at the last look
+        # Counts wake() calls: a look at the queue that began before the latest wake (a job queued, the
+        # clock moved) may not call the runner settled, since it may have missed what the wake was for.
+        self._woken = 0
 
     def register(self, kind: str, handler: Handler) -> None:
         self._handlers[kind] = handler
@@ -79,11 +86,12 @@ class JobRunner:
 
     async def enqueue(self, kind: str, key: str, payload: Mapping[str, Any] | None = None, **kw: Any) -> int | None:
         """Queue a job and wake the workers; the job's id, or None for a duplicate (`dedupe`)."""
-        job_id = await self.store.enqueue(kind, key, payload, **kw)
+        job_id = await self.store.enqueue(kind, key, payload, now=self.clock(), **kw)
         self.wake()
         return job_id
 
     def wake(self) -> None:
+        self._woken += 1
         self._settled.clear()
         self._wake.set()
 
@@ -118,7 +126,7 @@ class JobRunner:
 
     async def run_once(self) -> Job | None:
         """Claim and run one due job in this task (the CLI's `--now`, tests); the job, or None."""
-        job = await self.store.claim(self.worker_id, self.lease, self.kinds)
+        job = await self.store.claim(self.worker_id, self.lease, self.kinds, now=self.clock())
         if job is not None:
             await self._run(job)
         return job
@@ -129,9 +137,10 @@ class JobRunner:
             # and is claiming the next of its key must keep the others from calling the runner
             # settled (idle() returned with that next job still pending, seen on PostgreSQL).
             self._busy += 1
+            looked_at = self._woken
             try:
                 try:
-                    job = await self.store.claim(self.worker_id, self.lease, self.kinds)
+                    job = await self.store.claim(self.worker_id, self.lease, self.kinds, now=self.clock())
                 except Exception as exc:  # a busy or failing database: look again later
                     event(log, "job_claim_failed", logging.WARNING, error=type(exc).__name__)
                     job = None
@@ -143,6 +152,8 @@ class JobRunner:
             if job is not None:
                 self._wake.set()  # the next job of its key may be due now: every worker looks again
                 continue
+            if looked_at != self._woken:
+                continue  # woken while it looked: look again before calling anything settled
             if self._busy == 0:
                 self._settled.set()
             await self._wait()
@@ -155,7 +166,7 @@ class JobRunner:
         due = await self.store.next_due()
         wait = IDLE_POLL_SECONDS
         if due is not None:
-            wait = min(wait, max(MIN_WAIT_SECONDS, (due - utcnow()).total_seconds()))
+            wait = min(wait, max(MIN_WAIT_SECONDS, (due - self.clock()).total_seconds()))
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns normally when the event is
         # set as the task is cancelled, losing the cancellation, and stop() then waits for a worker
         # that goes on claiming jobs (seen under load: a gateway that never stopped).
@@ -176,7 +187,7 @@ class JobRunner:
         except Exception as exc:
             permanent = isinstance(exc, JobFailed) and exc.permanent
             reason = redact(f"{type(exc).__name__}: {exc}", self.secrets)
-            status = await self.store.failed(job, reason, permanent=permanent)
+            status = await self.store.failed(job, reason, permanent=permanent, now=self.clock())
             name = "job_dead" if status == DEAD else "job_retry"
             level = logging.ERROR if status == DEAD else logging.WARNING
             event(
@@ -185,7 +196,7 @@ class JobRunner:
             return
         finally:
             keeper.cancel()
-        if await self.store.done(job, result):
+        if await self.store.done(job, result, now=self.clock()):
             ms = (time.perf_counter() - started) * 1000
             event(log, "job_done", job=job.id, kind=job.kind, key=job.key, attempt=job.attempts, ms=round(ms, 1))
         else:
@@ -194,6 +205,6 @@ class JobRunner:
     async def _keep_lease(self, job: Job) -> None:
         while True:
             await asyncio.sleep(self.lease.total_seconds() / 3)
-            if not await self.store.extend(job, self.lease):
+            if not await self.store.extend(job, self.lease, now=self.clock()):
                 event(log, "job_lease_lost", logging.WARNING, job=job.id, kind=job.kind, key=job.key)
                 return

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.config.model import AIConfig
 from gateway.core.logs import event
 from gateway.llm.openai_wire import OpenAIWire, WireError
 
@@ -510,3 +511,15 @@ class _Reply:
             prompt_tokens=getattr(self.usage, "prompt_tokens", None),
             completion_tokens=getattr(self.usage, "completion_tokens", None),
         )
+
+
+def llm_settings(ai: AIConfig) -> dict[str, Any]:
+    """The LLMClient's settings from `ai` (at start, and again on each reload)."""
+    return {
+        "timeout": ai.timeout_seconds,
+        "retries": ai.retries,
+        "backoff": ai.retry_backoff_seconds,
+        "max_concurrent": ai.max_concurrent_calls,
+        "temperature": ai.temperature,
+        "transport": ai.transport,
+    }

@@ -122,7 +122,12 @@ def memory_tools(service: MemoryService) -> list[Tool]:
         content = str(args.get("content") or "")
         # The turn's own scope (the person's in a DM, the conversation's in a group); may narrow.
         narrow = args.get("scope") == "personal"
-        scope = Scope.personal(ctx.user_id) if narrow or where.audience != "team" else Scope.channel(ctx.session_key)
+        if ctx.user_id is None:  # a run for a conversation and nobody in it: its memory, or none
+            scope = Scope.channel(ctx.session_key)
+        elif narrow or where.audience != "team":
+            scope = Scope.personal(ctx.user_id)
+        else:
+            scope = Scope.channel(ctx.session_key)
         try:
             settled = await service.remember_checked(actor, where, content, scope=scope, author=agent_author(ctx.agent))
         except MemoryRefused as exc:

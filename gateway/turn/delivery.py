@@ -189,9 +189,17 @@ class Delivery:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return None
         pace = self._pace(adapter, conv)
-        ref = await self._complete(
-            adapter, pace, conv, key, event_id, text, None, None, reply_to=reply_to, private_to=private_to
-        )
+        try:
+            ref = await self._complete(
+                adapter, pace, conv, key, event_id, text, None, None, reply_to=reply_to, private_to=private_to
+            )
+        except DeliveryError as exc:
+            # One message that certainly never arrived: its claim is given back, so that work tried
+            # again later (a scheduled run's retry) sends it once, not never.
+            one = adapter.capabilities.length(text) <= adapter.capabilities.max_length
+            if one and not exc.maybe_delivered and adapter.capabilities.durable_sends:
+                await self._journal.release(key)
+            raise
         return self._sent(adapter, key, ref)
 
     @asynccontextmanager

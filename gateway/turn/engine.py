@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.model import AgentConfig, Config
+from gateway.core.events import GATEWAY_AUTHOR
 from gateway.core.logs import event
 from gateway.llm.client import Completion, LLMClient, LLMError, ModelSpec, Restart, TextDelta
 from gateway.turn.tools import ToolContext, ToolRegistry
@@ -16,7 +17,7 @@ from memory.store.sessions import Message
 log = logging.getLogger("clawgate.turn")
 
 # Marks gateway-authored notices (e.g. "the model failed") so they are shown, never sent to the model.
-NOTICE_AUTHOR = "clawgate:notice"
+NOTICE_AUTHOR = f"{GATEWAY_AUTHOR}notice"
 
 
 @dataclass(slots=True)
@@ -159,6 +160,10 @@ class TurnEngine:
             text = final.text
             if not text.strip():
                 text = "(the model returned an empty answer)"
+            if ctx.receipts:  # what the tools did, in the gateway's words (ToolContext.receipts)
+                extra = "\n\n" + "\n".join(ctx.receipts)
+                yield TextDelta(extra)
+                text += extra
             produced.append(Message(role="assistant", content=text))
             yield TurnResult(text, produced, final.model)
             return

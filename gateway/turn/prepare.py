@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.model import AgentConfig, Config
+from gateway.core.events import ConversationRef
 from gateway.media.frame import TurnMedia
 from gateway.recall.engine import TurnMemory, TurnRecall
 from gateway.recall.trace import TraceRecorder
@@ -74,12 +75,18 @@ class TurnPreparer:
         new: Message,
         target: FlushTarget | None,
         media: TurnMedia | None = None,
+        *,
+        person: bool = True,
+        ref: ConversationRef | None = None,
     ) -> PreparedTurn:
         """A turn of a session kept on the gateway: `new` answered after its summary and kept messages.
         With `media` (what the message carries, gateway/media), the model reads its live text and
-        pictures this turn, while the session keeps `new`: a line per attachment, never its content."""
-        turn_memory = await self._recall(user, audience, state.key, new.content)
-        core = self.context.core_sections(agent, user.id, audience)
+        pictures this turn, while the session keeps `new`: a line per attachment, never its content.
+        `person=False`: a scheduled run or a webhook acting for a conversation and nobody in it
+        (gateway/schedules): `user` only names the run; no personal memory is read or written."""
+        reader = user.id if person else None
+        turn_memory = await self._recall(reader, user.roles if person else (), audience, state.key, new.content)
+        core = self.context.core_sections(agent, reader, audience)
         recalled = self.context.recall_sections(core, turn_memory.sections if turn_memory is not None else [])
         system = self.context.render(agent, core)
         live = media.live_message(new) if media is not None else new
@@ -89,7 +96,7 @@ class TurnPreparer:
         prompt = attach_recall(prompt, recall_block(recalled))
         if media is not None:
             prompt = media.attach(prompt)
-        ctx = self._tools(agent, user, audience, state.key)
+        ctx = self._tools(agent, reader, user.roles if person else (), audience, state.key, ref)
         return PreparedTurn(agent, user, state.key, audience, new, prompt, ctx, turn_memory, [*core, *recalled], state)
 
     async def prepare_ephemeral(
@@ -100,28 +107,39 @@ class TurnPreparer:
         its newest user message and the memory tools; no session, so no summary and no formation."""
         audience = "personal"
         new = next((m for m in reversed(messages) if m.role == "user"), Message("user", ""))
-        turn_memory = await self._recall(user, audience, key, new.content)
+        turn_memory = await self._recall(user.id, user.roles, audience, key, new.content)
         core = self.context.core_sections(agent, user.id, audience)
         recalled = self.context.recall_sections(core, turn_memory.sections if turn_memory is not None else [])
         system = self.context.render(agent, core)
         prompt = [{"role": "system", "content": system}, *(unframed(m.to_llm()) for m in messages)]
         prompt = attach_recall(prompt, recall_block(recalled))
-        ctx = self._tools(agent, user, audience, key)
+        ctx = self._tools(agent, user.id, user.roles, audience, key)
         return PreparedTurn(agent, user, key, audience, new, prompt, ctx, turn_memory, [*core, *recalled], None)
 
-    async def _recall(self, user: User, audience: str, key: str, query: str) -> TurnMemory | None:
+    async def _recall(
+        self, user_id: str | None, roles: Sequence[str], audience: str, key: str, query: str
+    ) -> TurnMemory | None:
         if self.recall is None or self.memory is None:
             return None
-        actor = Actor(user.id, frozenset(user.roles), "chat")
+        actor = Actor(user_id, frozenset(roles), "chat" if user_id is not None else "scheduled")
         return await self.recall.for_turn(actor, self.memory.where(audience, key), query)
 
-    def _tools(self, agent: AgentConfig, user: User, audience: str, key: str) -> ToolContext:
+    def _tools(
+        self,
+        agent: AgentConfig,
+        user_id: str | None,
+        roles: Sequence[str],
+        audience: str,
+        key: str,
+        ref: ConversationRef | None = None,
+    ) -> ToolContext:
         return ToolContext(
-            user_id=user.id,
+            conversation=ref,
+            user_id=user_id,
             session_key=key,
             timezone=self.config.timezone,
             audience=audience,
-            roles=user.roles,
+            roles=tuple(roles),
             agent=agent.name,
         )
 

@@ -28,6 +28,7 @@ from gateway.core.ports import Adapter, DeliveryError, KeyReused, RecordedReply,
 from gateway.media.turn import MediaTurns
 from gateway.recall.engine import TurnRecall
 from gateway.recall.trace import TraceRecorder
+from gateway.schedules.scheduler import Scheduler
 from gateway.session.budget import FlushTarget, SessionMemory
 from gateway.session.memory_service import MemoryService
 from gateway.turn import access, group_context, replies
@@ -101,6 +102,7 @@ class Router:
         # Prompt, recall, tools and the record of every turn: shared with the OpenAI-compatible API.
         self.turns = TurnPreparer(config, storage, session_memory, context, memory, recall, traces)
         self.media = MediaTurns(engine.llm)  # attachments read for their turn (docs/media.md)
+        self.schedules: Scheduler | None = None  # reminders (/remind), set by the gateway once it runs
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload: access lists, roles, agents and budgets for the next turns."""
@@ -365,8 +367,10 @@ class Router:
                         self._limiter,
                         self.audience(ev.ref),
                         self.memory,
+                        self.schedules,
                     )
-                    await self._command_reply(ctx, adapter, parsed, answer_to)
+                    text, to = await commands.answer(ctx, parsed, answer_to, adapter.capabilities.private_commands)
+                    await self._answer(adapter, ev, text, target=to)
                     outcome = "command"
                 else:
                     outcome = await self._turn(ev, adapter, user, key, answer_to)
@@ -404,21 +408,6 @@ class Router:
     def _target(self, ev: MessageReceived, adapter: Adapter) -> replies.Target:
         cfg = self.config.channels.get(ev.ref.channel)
         return replies.for_channel(ev, cfg, threads_any_message=adapter.capabilities.threads_any_message)
-
-    async def _command_reply(
-        self, ctx: CommandContext, adapter: Adapter, parsed: tuple[str, str], answer_to: replies.Target
-    ) -> None:
-        """Run a command and answer it; in a group, a private one only where it can be answered
-        privately (replies.py), else the sender is told where to ask."""
-        name, args = parsed
-        if commands.is_private(name):
-            private = replies.private(ctx.event, answer_to)
-            if private is None:
-                hint = commands.private_hint(name, slash_command=adapter.capabilities.private_commands)
-                await self._answer(adapter, ctx.event, hint, target=answer_to)
-                return
-            answer_to = private
-        await self._answer(adapter, ctx.event, await commands.dispatch(ctx, name, args), target=answer_to)
 
     async def _answer(
         self,
@@ -462,7 +451,7 @@ class Router:
             return "media_refused"
         user_msg = Message("user", media.text, author=ev.sender.identity, event_id=ev.event_id)
         target = FlushTarget.of(ev.ref.kind == ConversationKind.DM, user.id, key, audience)
-        turn = await self.turns.prepare(agent, user, audience, state, user_msg, target, media=media)
+        turn = await self.turns.prepare(agent, user, audience, state, user_msg, target, media=media, ref=ev.ref)
         cfg = self.config.channels.get(ev.ref.channel)
         said = await group_context.context_for(self.storage.groups, cfg, ev, self.config.timezone)
         turn.prompt = group_context.attach_group_context(turn.prompt, said)  # the prompt only: never kept

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
-from gateway.core.events import utcnow
+from gateway.core.events import ConversationRef, utcnow
 from gateway.core.logs import event
 from memory.store.presets import MAX_OFFERED, Preset
 from memory.store.traces import Lookup
@@ -28,7 +28,7 @@ log = logging.getLogger("clawgate.tools")
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    user_id: str
+    user_id: str | None  # None: a run for a conversation and nobody in it (gateway/schedules)
     session_key: str
     timezone: str
     audience: str = "personal"  # personal | team | public (memory tools are hidden in public)
@@ -38,6 +38,11 @@ class ToolContext:
     written: list[tuple[str, str]] = field(default_factory=list, compare=False)
     # What the model looked up in memory during the turn, for its recall trace too.
     lookups: list[Lookup] = field(default_factory=list, compare=False)
+    # The conversation the turn answers in (tools that act there: a reminder); None for an API request.
+    conversation: ConversationRef | None = None
+    # Lines the gateway adds under the model's answer, for the record (a reminder that was set): the
+    # person sees what a tool did in the gateway's words, whatever the model says about it.
+    receipts: list[str] = field(default_factory=list, compare=False)
 
     def wrote(self, record_id: str, action: str) -> None:
         self.written.append((record_id, action))

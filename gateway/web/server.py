@@ -19,6 +19,9 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from channels.telegram.config import TelegramChannelConfig
+from channels.web.config import WebChannelConfig
+from gateway.config.model import Config
 from gateway.core.http_input import Address, BadJson, address_of, host_name, is_local_request, is_loopback_name
 from gateway.core.logs import event
 from gateway.core.ports import STORAGE_RETRY_SECONDS, retry_after
@@ -167,3 +170,18 @@ def add_ops_routes(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)
+
+
+def host_policy(config: Config) -> HostPolicy:
+    """The Host names the web server answers (DNS rebinding, gateway/web/server.py): where the web
+    channels listen and are published, and where Telegram calls its webhooks."""
+    webs = config.web_channels().values()
+    urls = [c.public_url for c in webs if c.public_url]
+    urls += [c.webhook_url for c in config.channels.values() if isinstance(c, TelegramChannelConfig) and c.webhook_url]
+    names = [name for c in webs for name in c.allowed_hosts]
+    return HostPolicy.build([c.host for c in webs], urls, names)
+
+
+def metrics_access(webs: dict[str, WebChannelConfig]) -> MetricsAccess:
+    tokens = tuple(c.metrics.token.get_secret_value() for c in webs.values() if c.metrics.token is not None)
+    return MetricsAccess(tokens, public=any(c.metrics.public for c in webs.values()))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gateway.core.events import GATEWAY_AUTHOR
 from memory.trust import writeback
 from memory.trust.redact import REDACTED, contains_secret
 
@@ -219,8 +220,9 @@ def classify(
     writes as (its notices); `secrets` the configured secret values."""
     if conv.audience == "public":
         return Verdict(None, "public")
-    if source.author is not None and source.author in set(machine_authors):
-        return Verdict(None, "notice")
+    machine = source.author is not None and source.author.startswith(GATEWAY_AUTHOR)
+    if machine or (source.author is not None and source.author in set(machine_authors)):
+        return Verdict(None, "notice")  # the gateway's own words: a notice, a scheduled run's prompt
     if source.role != "user":
         return Verdict(None, source.role if source.role in ("assistant", "tool", "system") else "not_user")
     if source.author is None:

@@ -156,6 +156,15 @@ def _insert_user(conn: Connection, uid: str, identity: str, display_name: str | 
     return True
 
 
+def _timezone(conn: Connection, user_id: str) -> str | None:
+    zone = conn.execute(select(users.c.timezone).where(users.c.id == user_id)).scalar()
+    return str(zone) if zone else None
+
+
+def _set_timezone(conn: Connection, user_id: str, zone: str | None) -> None:
+    conn.execute(update(users).where(users.c.id == user_id).values(timezone=zone))
+
+
 class IdentityStore:
     """Resolves identities to users. Declared users come from config; others are created on contact."""
 
@@ -203,6 +212,13 @@ class IdentityStore:
         if user is not None:
             self._users[user_id] = user
         return user
+
+    async def timezone(self, user_id: str) -> str | None:
+        """The time zone the person set with /timezone, if they did."""
+        return await self._db.read(_timezone, user_id)
+
+    async def set_timezone(self, user_id: str, zone: str | None) -> None:
+        await self._db.write(_set_timezone, user_id, zone)
 
     async def users(self, limit: int = 200, offset: int = 0) -> list[User]:
         """Users in the order they were first seen, each with their identities."""

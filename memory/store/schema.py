@@ -86,6 +86,7 @@ users = Table(
     Column("id", String(128), primary_key=True),
     Column("roles", JSON, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    Column("timezone", String(64)),  # what the person set with /timezone (reminders' times)
 )
 
 identities = Table(
@@ -444,4 +445,37 @@ channel_conversations = Table(
     Column("conversation", String(512), primary_key=True),
     Column("data", JSON, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# Reminders people set and the config's scheduled runs (memory/store/schedules.py): what runs, where
+# it answers, and when it is next due. A due time is fired by one job (dedupe "schedule:<id>:<due>").
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),  # "reminder" | "schedule"
+    Column("name", String(128), unique=True),  # a config schedule's name; None for reminders
+    Column("owner", String(128)),  # the user who set a reminder; None for the config's runs
+    Column("channel", String(255), nullable=False),
+    Column("chat_id", String(512), nullable=False),
+    Column("thread_id", String(512)),
+    Column("conv_kind", String(16), nullable=False),
+    Column("text", Text, nullable=False),  # what the reminder says, or the run's prompt (redacted)
+    Column("mode", String(16), nullable=False),  # "message" | "agent"
+    Column("agent", String(128)),
+    Column("cron", String(128)),
+    Column("every_seconds", Integer),
+    Column("zone", String(64), nullable=False),
+    Column("first_due", UTCDateTime, nullable=False),
+    Column("next_due", UTCDateTime),  # None once nothing is left to run
+    Column("until", UTCDateTime),
+    Column("status", String(16), nullable=False),  # active | paused | done | cancelled | removed
+    Column("runs", Integer, nullable=False, default=0),
+    Column("last_run_at", UTCDateTime),
+    Column("last_outcome", String(32)),  # ok | late | failed | dead | skipped
+    Column("last_error", Text),
+    Column("source", String(255)),  # the event a reminder was set in, or "config"
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_schedules_owner", "owner", "status"),
 )

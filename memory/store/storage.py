@@ -16,6 +16,7 @@ from memory.store.links import LinkStore, PairingStore
 from memory.store.platforms.conversations import ConversationStateStore
 from memory.store.platforms.group_history import GroupHistoryStore
 from memory.store.platforms.journal import Journal
+from memory.store.schedules import ScheduleStore
 from memory.store.sessions import SessionStore
 
 
@@ -36,6 +37,7 @@ class Storage:
         self.pairing = PairingStore(db)
         self.console_sessions = ConsoleSessionStore(db)
         self.groups = GroupHistoryStore(db, secrets)  # unaddressed group messages: prompt context
+        self.schedules = ScheduleStore(db, secrets)  # reminders and scheduled runs
         self.conversations = ConversationStateStore(db)  # a platform conversation's address, its window
 
     @classmethod

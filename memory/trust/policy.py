@@ -542,11 +542,11 @@ def may_narrow(old: Scope, new: Scope) -> bool:
     return _BREADTH[new.kind] < _BREADTH[old.kind]
 
 
-def archive_scope(user_id: str, session_key: str, audience: str) -> tuple[str | None, list[str]]:
+def archive_scope(user_id: str | None, session_key: str, audience: str) -> tuple[str | None, list[str]]:
     """(user_id, session_keys) one person may search in the archive from where they are: in a DM
     their own sessions everywhere (not the DM's earlier sessions of someone else: an account taken
     out of its owner's identities keeps their past to them); in a group only that group's (never
     their DMs in front of others)."""
-    if audience == "personal":
+    if audience == "personal" and user_id is not None:
         return user_id, []
     return None, [session_key]

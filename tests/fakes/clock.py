@@ -4,6 +4,7 @@ the clock forward at once, so a test of a 60-second exchange runs in millisecond
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 
 class VirtualClock:
@@ -21,3 +22,18 @@ class VirtualClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class WallClock:
+    """A virtual UTC wall clock for the gateway's `clock` (the job queue, reminders, schedules): it
+    moves only when a test moves it, so a reminder an hour away fires without an hour of waiting."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 12, 2, 7, 40, tzinfo=UTC)  # a Wednesday, 08:40 in Berlin
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now

@@ -124,7 +124,8 @@ async def test_memory_off_entirely(gateway_factory, fake_llm: FakeLLM, http: aio
     await say(http, gw, "hello")
     request = fake_llm.requests[-1]
     assert "CORE RULE" not in request["messages"][0]["content"]
-    assert [t["function"]["name"] for t in request["tools"]] == ["get_current_time"]
+    # No memory tool at all; reminders are not memory (docs/schedules.md).
+    assert [t["function"]["name"] for t in request["tools"]] == ["get_current_time", "schedule_reminder"]
     await say(http, gw, "/new")
     assert gw.session_memory is not None
     await gw.session_memory.idle()

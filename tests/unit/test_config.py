@@ -213,15 +213,69 @@ def test_a_platform_posts_to_a_path_of_its_own_on_the_shared_server() -> None:
                 "teams-2": teams,  # the same default path as the first
                 "fb": {**fb, "webhook_path": "/api/v1/hook"},
                 "fb-4": {**fb, "webhook_path": "/telegram/bot"},
+                "fb-5": {**fb, "webhook_path": "/hooks/github"},
             }
         }
     )
     assert "channel 'teams' already receives" in found["channels.teams-2.endpoint_path"]
     assert "the gateway serves /api/v1 itself" in found["channels.fb.webhook_path"]
     assert "/telegram" in found["channels.fb-4.webhook_path"]
+    assert "the gateway serves /hooks itself" in found["channels.fb-5.webhook_path"]
     for bad in ("hook", "/messenger/webhook?x=1"):  # the shape: the channel's own model
         assert (
             "starting with /" in problems({"channels": {"fb": {**fb, "webhook_path": bad}}})["channels.fb.webhook_path"]
         )
     assert "channels.teams.endpoint_path" not in found
     parse_config({"channels": {"teams": teams, "fb": fb, "fb-2": {**fb, "webhook_path": "/page-2/webhook"}}})
+
+
+def test_schedules_and_hooks_are_checked_with_every_problem_named() -> None:
+    target = {"channel": "web", "user": "alice"}
+    bad = {
+        "users": {"alice": {"timezone": "Europe/Berlin"}},
+        "schedules": {
+            "no-rule": {"prompt": "p", "target": target},
+            "both": {"cron": "0 8 * * *", "every": "1h", "prompt": "p", "target": target},
+            "bad-cron": {"cron": "0 25 * * *", "prompt": "p", "target": target},
+            "too-often": {"every": "10s", "prompt": "p", "target": target},
+            "two-places": {
+                "every": "1h",
+                "prompt": "p",
+                "target": {"channel": "web", "user": "alice", "conversation": "c"},
+            },
+            "bad-zone": {"every": "1h", "prompt": "p", "timezone": "Mars/Base", "target": target},
+        },
+        "hooks": {"short-secret": {"secret": "x", "prompt": "p", "target": target}},
+    }
+    found = problems(bad)
+    assert "give either cron" in found["schedules.no-rule"] and "not both" in found["schedules.both"]
+    assert "not a valid cron expression" in found["schedules.bad-cron.cron"]
+    assert "at most once a minute" in found["schedules.too-often.every"]
+    assert "not both" in found["schedules.two-places.target"]
+    assert "unknown IANA time zone" in found["schedules.bad-zone.timezone"]
+    assert "at least 16" in found["hooks.short-secret.secret"]
+    # Cross-references, once every value is well formed:
+    found = problems(
+        {
+            "schedules": {
+                "nowhere": {"every": "1h", "prompt": "p", "target": {"channel": "irc", "user": "bob"}},
+                "no-agent": {
+                    "every": "1h",
+                    "prompt": "p",
+                    "agent": "ghost",
+                    "target": {"channel": "web", "conversation": "c"},
+                },
+            },
+            "hooks": {
+                "my hook": {"secret": "s" * 16, "prompt": "p", "target": {"channel": "web", "conversation": "c"}}
+            },
+        }
+    )
+    assert "no such channel" in found["schedules.nowhere.target.channel"]
+    assert "no such user" in found["schedules.nowhere.target.user"]
+    assert "no such agent" in found["schedules.no-agent.agent"]
+    assert "letters, digits" in found["hooks.my hook"]
+    ok = parse_config(
+        {"users": {"alice": {}}, "schedules": {"digest": {"cron": "0 8 * * 1-5", "prompt": "p", "target": target}}}
+    )
+    assert ok.schedules["digest"].cron == "0 8 * * 1-5"

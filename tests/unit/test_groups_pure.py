@@ -209,7 +209,16 @@ def test_commands_in_groups_need_addressing(
 
 
 def test_personal_commands_are_private_and_group_actions_are_not() -> None:
-    assert {n for n in COMMANDS if is_private(n)} == {"status", "whoami", "memory", "link", "archive", "pair"}
+    assert {n for n in COMMANDS if is_private(n)} == {
+        "status",
+        "whoami",
+        "memory",
+        "link",
+        "archive",
+        "pair",
+        "reminders",
+        "timezone",
+    }
     assert not is_private("nosuch")
     assert "slash command" in private_hint("status", slash_command=True)
     assert "slash command" not in private_hint("status", slash_command=False)

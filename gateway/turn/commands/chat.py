@@ -6,8 +6,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.core.events import ConversationKind, MessageReceived
+from gateway.turn import replies
 from gateway.turn.commands import memory as memory_commands
 from gateway.turn.commands.context import CommandContext
+from gateway.turn.commands.reminders import remind, reminders_command, timezone
 from gateway.turn.engine import model_chain
 from memory.store.links import LinkError
 from memory.trust.policy import archive_scope
@@ -191,6 +193,9 @@ COMMANDS: dict[str, Command] = {
             "link", "join your accounts on several platforms: /link, then /link CODE elsewhere", _link, private=True
         ),
         Command("pair", "approve people waiting to talk to the assistant (admins)", _pair, _is_admin, private=True),
+        Command("remind", "set a reminder: /remind in 20m stretch, /remind tomorrow 9:00 call the bank", remind),
+        Command("reminders", "your reminders; /reminders cancel ID", reminders_command, private=True),
+        Command("timezone", "the time zone of your reminders: /timezone Europe/Berlin", timezone, private=True),
     ]
 }
 
@@ -226,6 +231,20 @@ def private_hint(name: str, *, slash_command: bool) -> str:
     if slash_command:
         where = f"use my /{name} slash command (only you see its answer), or {where}"
     return f"/{name} shows things only you should see, so I don't answer it here: {where}."
+
+
+async def answer(
+    ctx: CommandContext, parsed: tuple[str, str], to: replies.Target, private_commands: bool
+) -> tuple[str, replies.Target]:
+    """A command's answer and where it goes: in a group, a private one only where it can be
+    answered privately (replies.py), else the sender is told where to ask."""
+    name, args = parsed
+    if is_private(name):
+        private = replies.private(ctx.event, to)
+        if private is None:
+            return private_hint(name, slash_command=private_commands), to
+        to = private
+    return await dispatch(ctx, name, args), to
 
 
 async def dispatch(ctx: CommandContext, name: str, args: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from gateway.config.model import AgentConfig, Config
 from gateway.core.events import ConversationKind, MessageReceived
+from gateway.schedules.scheduler import Scheduler
 from gateway.session.budget import FlushTarget, SessionMemory
 from gateway.session.memory_service import MemoryService
 from memory.store.identities import User
@@ -51,6 +52,7 @@ class CommandContext:
     limiter: AttemptLimiter = field(default_factory=AttemptLimiter)
     audience: str = "personal"
     memory: MemoryService | None = None
+    schedules: Scheduler | None = None  # reminders; None where the gateway runs none (tests, tools)
 
     @property
     def actor(self) -> Actor:

@@ -417,6 +417,7 @@ class ConsolePages:
             active="jobs",
             counts=found["counts"],
             items=found["items"],
+            schedules=found["schedules"],
             status=status,
             kind=kind,
             statuses=STATUSES,

@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from memory.records.reads import Browse
 from memory.records.rows import Revision, snapshot
 from memory.records.store import RecordError
 from memory.store.jobs import STATUSES
+from memory.store.schedules import Schedule
 from memory.store.storage import Storage
 from memory.store.traces import TraceStore
 from memory.trust import policy, redact
@@ -458,7 +459,13 @@ class ConsoleService:
         if status and status not in STATUSES:
             raise Invalid(f"status must be one of {', '.join(STATUSES)}")
         found = await self.storage.jobs.list(status or None, kind[:64] or None, max(1, min(200, limit)))
-        return {"counts": await self.storage.jobs.counts(), "items": [j.to_json() for j in found]}
+        # The config's scheduled runs, never people's reminders (what those say is theirs alone).
+        runs = await self.storage.schedules.list(kind="schedule", statuses=("active", "paused", "disabled"))
+        return {
+            "counts": await self.storage.jobs.counts(),
+            "items": [j.to_json() for j in found],
+            "schedules": [_schedule_json(s) for s in runs],
+        }
 
     async def retry_job(self, viewer: Viewer, job_id: int) -> dict[str, Any]:
         self.require_admin(viewer)
@@ -468,3 +475,21 @@ class ConsoleService:
         if job is None:
             raise NotFound(f"no job {job_id}")
         raise Conflict(f"job {job_id} is {job.status}; only dead jobs are retried")
+
+
+def _schedule_json(s: Schedule) -> dict[str, Any]:
+    def iso(at: datetime | None) -> str | None:
+        return at.isoformat() if at is not None else None
+
+    return {
+        "name": s.name or "",
+        "status": s.status,
+        "rule": s.cron or f"every {s.every_seconds} s",
+        "zone": s.zone,
+        "next_due": iso(s.next_due) if s.status == "active" else None,
+        "last_run_at": iso(s.last_run_at),
+        "last_outcome": s.last_outcome,
+        "last_error": s.last_error,
+        "runs": s.runs,
+        "channel": s.channel,
+    }

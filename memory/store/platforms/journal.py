@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Insert, bindparam, func, insert, select, update
+from sqlalchemy import Insert, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -104,6 +104,10 @@ def _merge(
 
 def _insert(conn: Connection, statement: Insert, row: dict[str, Any]) -> None:
     conn.execute(statement, row)  # one statement: Database.write_statement
+
+
+def _release(conn: Connection, key: str) -> None:
+    conn.execute(delete(outbound).where(outbound.c.idempotency_key == key, outbound.c.status == "sending"))
 
 
 def _outbound_row(conn: Connection, key: str) -> tuple[str, str | None] | None:
@@ -254,6 +258,11 @@ class Journal:
         except IntegrityError:
             return await self._db.read(_outbound_row, key) or ("sending", None)
         return None
+
+    async def release(self, key: str) -> None:
+        """Give back a claim whose send certainly failed (nothing reached the platform), so that a
+        later try of the same work may send under the same key; a claim past `sending` is kept."""
+        await self._db.write_statement(_release, key)
 
     async def sent_before(self, key: str) -> tuple[str, str | None] | None:
         """(status, platform message id) of an earlier attempt to send under `key`, without claiming it."""
