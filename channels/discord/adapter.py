@@ -35,8 +35,9 @@ from channels.discord.normalize import command_name, normalize, normalize_comman
 from channels.discord.payloads import channel_payload, interaction_payload, message_payload
 from channels.discord.render import render, rendered_length
 from gateway.core.events import Attachment, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.handoff import hand_off
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate
 
 log = logging.getLogger("clawgate.channels.discord")
 T = TypeVar("T")
@@ -412,17 +413,7 @@ class DiscordAdapter:
     def _hand_off(self, ev: MessageReceived | None) -> None:
         if ev is None or self._sink is None:
             return
-        task = asyncio.create_task(self._deliver(self._sink, ev), name=f"discord-inbound:{ev.event_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, sink: EventSink, ev: MessageReceived) -> None:
-        try:
-            await sink(ev)
-        except SessionBusy:
-            event(log, "discord_inbound_busy", logging.WARNING, channel=self.name, event_id=ev.event_id)
-        except Exception:
-            log.exception("discord_inbound_failed channel=%s event_id=%s", self.name, ev.event_id)
+        hand_off(self._sink, ev, platform="discord", channel=self.name, log=log, tasks=self._tasks)
 
     # -- outbound --------------------------------------------------------------------------------
 

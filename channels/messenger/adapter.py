@@ -36,6 +36,7 @@ from channels.messenger.signature import HEADER, problem
 from channels.messenger.webhook import read_capped, subscription
 from channels.messenger.window import Window, masked
 from gateway.core.events import Attachment, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.handoff import hand_off
 from gateway.core.logs import event
 from gateway.core.ports import (
     Capabilities,
@@ -44,7 +45,6 @@ from gateway.core.ports import (
     EventSink,
     Health,
     Rate,
-    SessionBusy,
     Unavailable,
     retry_after,
 )
@@ -220,28 +220,8 @@ class MessengerAdapter:
         return web.Response(text="EVENT_RECEIVED")
 
     def _spawn(self, ev: MessageReceived) -> None:
-        task = asyncio.create_task(self._deliver(ev), name=f"messenger-sink:{ev.event_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, ev: MessageReceived) -> None:
-        sink = self._sink
-        if sink is None:
-            return
-        try:
-            await sink(ev)
-        except SessionBusy:
-            event(log, "messenger_inbound_busy", logging.WARNING, channel=self.name, event_id=ev.event_id)
-        except Exception as exc:
-            event(
-                log,
-                "messenger_sink_failed",
-                logging.ERROR,
-                channel=self.name,
-                event_id=ev.event_id,
-                error=type(exc).__name__,
-            )
-            log.debug("messenger_sink_failed traceback", exc_info=True)
+        if self._sink is not None:
+            hand_off(self._sink, ev, platform="messenger", channel=self.name, log=log, tasks=self._tasks)
 
     # -- outbound -------------------------------------------------------------------------------
 

@@ -38,8 +38,9 @@ from channels.slack.normalize import BotIdentity, normalize_command, normalize_e
 from channels.slack.reactions import reaction_name
 from channels.slack.render import to_mrkdwn
 from gateway.core.events import Attachment, ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.handoff import hand_off
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate
 
 log = logging.getLogger("clawgate.channels.slack")
 EVENTS_PATH = "/slack/events"
@@ -395,24 +396,7 @@ class SlackAdapter:
         if self._sink is None:
             event(log, "slack_event_dropped_stopped", logging.WARNING, channel=self.name, event_id=ev.event_id)
             return
-        task = asyncio.create_task(self._run_sink(self._sink, ev), name=f"slack-{ev.event_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run_sink(self, sink: EventSink, ev: MessageReceived) -> None:
-        try:
-            await sink(ev)
-        except SessionBusy:
-            event(log, "slack_session_busy", logging.WARNING, channel=self.name, event_id=ev.event_id)
-        except Exception as exc:
-            event(
-                log,
-                "slack_sink_failed",
-                logging.ERROR,
-                channel=self.name,
-                event_id=ev.event_id,
-                error=type(exc).__name__,
-            )
+        hand_off(self._sink, ev, platform="slack", channel=self.name, log=log, tasks=self._tasks)
 
 
 def pacing(conv: ConversationRef) -> tuple[Rate, ...]:

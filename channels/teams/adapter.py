@@ -45,8 +45,9 @@ from channels.teams.references import Reference, References
 from channels.teams.render import render, rendered_length
 from channels.teams.token import BotToken, default_token_url
 from gateway.core.events import ConversationRef, MessageReceived, MessageRef, OutboundMessage
+from gateway.core.handoff import hand_off
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate
 
 log = logging.getLogger("clawgate.channels.teams")
 # The SDK's connector logs every call at INFO and every refusal at ERROR with a stack; the adapter
@@ -223,24 +224,7 @@ class TeamsAdapter:
         sink = self._sink
         if sink is None:
             return
-        task = asyncio.create_task(self._deliver(sink, ev), name=f"teams-sink:{ev.event_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, sink: EventSink, ev: MessageReceived) -> None:
-        try:
-            await sink(ev)
-        except SessionBusy:
-            event(log, "teams_inbound_busy", logging.WARNING, channel=self.name, event_id=ev.event_id)
-        except Exception as exc:
-            event(
-                log,
-                "teams_sink_failed",
-                logging.ERROR,
-                channel=self.name,
-                event_id=ev.event_id,
-                error=type(exc).__name__,
-            )
+        hand_off(sink, ev, platform="teams", channel=self.name, log=log, tasks=self._tasks)
 
     # -- outbound -------------------------------------------------------------------------------
 

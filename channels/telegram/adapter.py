@@ -41,8 +41,9 @@ from gateway.core.events import (
     MessageRef,
     OutboundMessage,
 )
+from gateway.core.handoff import hand_off
 from gateway.core.logs import event
-from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate, SessionBusy
+from gateway.core.ports import Capabilities, ChannelServices, DeliveryError, EventSink, Health, Rate
 from gateway.core.splitting import utf16_len
 
 log = logging.getLogger("clawgate.channels.telegram")
@@ -279,26 +280,8 @@ class TelegramAdapter:
         return ev
 
     def _spawn(self, ev: MessageReceived) -> None:
-        task = asyncio.create_task(self._deliver(ev), name=f"telegram-sink:{ev.event_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, ev: MessageReceived) -> None:
         assert self._sink is not None
-        try:
-            await self._sink(ev)
-        except SessionBusy:
-            event(log, "telegram_inbound_busy", logging.WARNING, channel=self.name, event_id=ev.event_id)
-        except Exception as exc:
-            event(
-                log,
-                "telegram_sink_failed",
-                logging.ERROR,
-                channel=self.name,
-                event_id=ev.event_id,
-                error=type(exc).__name__,
-            )
-            log.debug("telegram_sink_failed traceback", exc_info=True)
+        hand_off(self._sink, ev, platform="telegram", channel=self.name, log=log, tasks=self._tasks)
 
     async def _webhook(self, request: web.Request) -> web.Response:
         app = self._app
