@@ -294,7 +294,7 @@ class Gateway:
             self.console.config = config
         if self.schedules is not None:  # the schedules' rows follow in the background
             self.schedules.use_config(config)
-            self._background.append(asyncio.create_task(self.schedules.start()))
+            self._background.append(asyncio.create_task(self.schedules.reload()))
 
     async def _accept(self, ev: MessageReceived) -> bool:
         if self.router is None:

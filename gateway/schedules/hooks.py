@@ -98,6 +98,16 @@ def target_ref(cfg: HookConfig) -> ConversationRef:
     return ConversationRef(t.channel, t.conversation or "", t.thread, kind)
 
 
+async def _read_capped(request: web.Request, cap: int) -> bytes | None:
+    """The whole body, or None once it passes `cap` bytes (reading stops there)."""
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        data += chunk
+        if len(data) > cap:
+            return None
+    return bytes(data)
+
+
 class Hooks:
     def __init__(
         self,
@@ -124,8 +134,8 @@ class Hooks:
             return web.json_response({"error": f"no webhook named {name!r}"}, status=404)
         if request.content_length is not None and request.content_length > cfg.max_bytes:
             return self._refused(name, 413, f"the body is over {cfg.max_bytes} bytes (hooks.{name}.max_bytes)")
-        body = await request.content.read(cfg.max_bytes + 1)
-        if len(body) > cfg.max_bytes:
+        body = await _read_capped(request, cfg.max_bytes)
+        if body is None:
             return self._refused(name, 413, f"the body is over {cfg.max_bytes} bytes (hooks.{name}.max_bytes)")
         replay, why = verify(cfg, request.headers, body, self.clock())
         if replay is None:

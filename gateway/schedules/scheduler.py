@@ -184,10 +184,13 @@ class Scheduler:
         s = await self.store.get(int(job.payload["id"]))
         due = datetime.fromisoformat(str(job.payload["due"]))
         manual = bool(job.payload.get("manual"))
-        if s is None or (s.status != ACTIVE and not manual) or (not manual and s.next_due != due):
-            why = "gone" if s is None else (s.status if s.status != ACTIVE else "moved")
+        why = self._not_due(s, due, manual)
+        if why is not None:
             event(log, "schedule_run_skipped", id=job.payload["id"], reason=why)
+            if s is not None and why == "past its until":
+                await self.store.advance(s.id, due, None, "skipped", now=self.clock())
             return {"skipped": why}
+        assert s is not None
         now = self.clock()
         late = not manual and now - due > LATE_AFTER
         try:
@@ -207,6 +210,22 @@ class Scheduler:
             await self._move_on(s, due, "late" if late else outcome)
         event(log, "schedule_run_done", name=s.label, due=due.isoformat(), late=late, outcome=outcome)
         return {"outcome": outcome, "late": late, "manual": manual}
+
+    @staticmethod
+    def _not_due(s: Schedule | None, due: datetime, manual: bool) -> str | None:
+        """Why the job of `due` no longer runs (the schedule is gone, paused, moved on, or past its
+        `until`), or None. A manual run (`clawgate schedules run`) runs whatever the schedule's state."""
+        if s is None:
+            return "gone"
+        if manual:
+            return None
+        if s.status != ACTIVE:
+            return s.status
+        if s.next_due != due:
+            return "moved"
+        if s.until is not None and due > s.until:
+            return "past its until"
+        return None
 
     async def _move_on(self, s: Schedule, due: datetime, outcome: str, error: str | None = None) -> None:
         """Record the run of `due` and queue the next due time after now (missed ones are skipped)."""

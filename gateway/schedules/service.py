@@ -4,6 +4,7 @@ with the job queue, and given each reloaded config."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -11,6 +12,7 @@ from aiohttp import web
 
 from gateway.config.model import Config
 from gateway.core.events import utcnow
+from gateway.core.logs import event
 from gateway.jobs.runner import JobRunner
 from gateway.schedules.hooks import HOOK_JOB, Hooks
 from gateway.schedules.runs import Host, Runner
@@ -18,6 +20,8 @@ from gateway.schedules.scheduler import RUN_JOB, Scheduler
 from gateway.schedules.tool import reminder_tool
 from gateway.turn.tools import Tool
 from memory.store.storage import Storage
+
+log = logging.getLogger("clawgate.schedules")
 
 
 class Schedules:
@@ -48,6 +52,14 @@ class Schedules:
         """The config's schedules brought into the database (added, changed, removed), and every
         active one's next due time queued: at start and after each reload."""
         await self.scheduler.start()
+
+    async def reload(self) -> None:
+        """`start` after a config reload, in the background: a failure is logged, the gateway goes on
+        (the next start or reload brings the schedules up to date)."""
+        try:
+            await self.scheduler.start()
+        except Exception as exc:
+            event(log, "schedules_not_synced", logging.ERROR, error=type(exc).__name__)
 
     def use_config(self, config: Config) -> None:
         """A reloaded config: its hooks in force now, its schedules once `start` runs again."""

@@ -35,6 +35,12 @@ MORE: dict[str, Any] = {
             "target": {"channel": "telegram", "conversation": GROUP, "kind": "group"},
         },
         "ada-digest": {"every": "2h", "prompt": "Summarise my day.", "target": {"channel": "telegram", "user": "ada"}},
+        "over": {
+            "every": "1h",
+            "prompt": "This ran out yesterday.",
+            "until": "2026-12-01",
+            "target": {"channel": "telegram", "conversation": GROUP, "kind": "group"},
+        },
     },
     "hooks": {
         "deploys": {
@@ -42,7 +48,13 @@ MORE: dict[str, Any] = {
             "prompt": "Tell the team what this deployment event says, in one sentence.",
             "target": {"channel": "telegram", "conversation": GROUP, "kind": "group"},
             "max_bytes": 4096,
-        }
+        },
+        "logs": {
+            "secret": SECRET,
+            "prompt": "Say how many lines this log has.",
+            "target": {"channel": "telegram", "conversation": GROUP, "kind": "group"},
+            "max_bytes": 300_000,
+        },
     },
     # Whoever may write global memory, a run may not (DESIGN §13).
     "memory": {"write_access": {"allowed_roles": ["user", "system", "admin"]}},
@@ -221,3 +233,19 @@ async def test_schedules_follow_the_config_paused_and_resumed_from_the_cli(world
     scheduler.use_config(config)
     await scheduler.start()
     assert (await gw.storage.schedules.named("standup")).status == "removed"  # type: ignore[union-attr]
+
+
+async def test_a_body_of_many_chunks_is_read_whole(world: World) -> None:
+    gw, tg, llm, _clock = world
+    body = ("line of a long log\n" * 10_000 + "THE LAST LINE").encode()  # 190 kB: several reads
+    assert (await post_hook(gw, body, signed(gw, body), "logs")).status == 202
+    await until(lambda: any(chat == GROUP_ID for chat, _ in shown(tg)))
+    assert "THE LAST LINE" in llm.requests[-1]["messages"][-1]["content"]
+
+
+async def test_a_schedule_past_its_until_never_runs(world: World) -> None:
+    gw, _tg, llm, clock = world
+    await fire(gw, clock, hours=1)
+    over = await gw.storage.schedules.named("over")
+    assert over is not None and (over.runs, over.status) == (1, "done") and over.last_outcome == "skipped"
+    assert not any("ran out yesterday" in m["content"] for r in llm.requests for m in r["messages"])
