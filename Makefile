@@ -24,7 +24,7 @@ browser:
 test: setup browser
 	$(VENV)/bin/ruff check gateway channels memory tests benchmarks
 	$(VENV)/bin/mypy gateway memory channels
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --durations=25
 
 lint: setup
 	$(VENV)/bin/ruff check gateway channels memory tests benchmarks

@@ -90,7 +90,25 @@ def _parser() -> argparse.ArgumentParser:
     cli_memory.add_parsers(sub)
     cli_status.add_parsers(sub)
     cli_schedules.add_parsers(sub)
+    _global_options_everywhere(p, ["--config"])
     return p
+
+
+def _global_options_everywhere(parser: argparse.ArgumentParser, names: list[str]) -> None:
+    """Let each global option (`--config`) also follow any subcommand: `clawgate run --config my.yaml`
+    as well as `clawgate --config my.yaml run`. A subcommand's copy has no default, so it sets the
+    value only when given there (and, given in both places, the later one wins)."""
+    shared = [a for a in parser._actions if set(a.option_strings) & set(names)]
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in action.choices.values():
+            for option in shared:
+                if not any(set(a.option_strings) & set(option.option_strings) for a in sub._actions):
+                    sub.add_argument(
+                        *option.option_strings, type=option.type, default=argparse.SUPPRESS, help=option.help
+                    )
+            _global_options_everywhere(sub, names)
 
 
 def _config_path(args: argparse.Namespace) -> Path:
