@@ -109,7 +109,8 @@ class Gateway:
         started = time.perf_counter()
         secrets = self.secrets
         secrets[:] = secret_values(self.config)
-        setup_logging(self.config.logging.level, secrets)
+        logging_cfg = self.config.logging
+        setup_logging(logging_cfg.level, secrets, fmt=logging_cfg.format, access_log=logging_cfg.access_log)
         for path, why in self.config.unread_keys():
             event(log, "config_key_ignored", logging.WARNING, key=path, why=why)
         storage = self.storage = await Storage.open(self.config.storage.resolved_database_url, secrets)

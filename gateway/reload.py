@@ -61,6 +61,7 @@ RESTART_ONLY: tuple[KeyPath, ...] = (
     ("memory", "enabled"),  # which tools a turn is offered, whether an embedder exists
     ("memory", "search"),  # the embedder and its model
     ("memory", "merge"),  # the daily merge's schedule
+    ("reminders", "enabled"),  # whether the model is offered its schedule_reminder tool
 )
 # A chat channel's access policy and limits are read by the router per message; its credentials,
 # mode and endpoints belong to the adapter that was started with them.
@@ -403,7 +404,8 @@ class Reloader:
             except Exception as exc:  # the database refused the declared users: nothing was swapped
                 problem = ConfigProblem("users", None, f"could not be saved ({type(exc).__name__})")
                 return self._failed(trigger, [problem], force)
-            setup_logging(plan.config.logging.level)
+            wanted = plan.config.logging
+            setup_logging(wanted.level, fmt=wanted.format, access_log=wanted.access_log)
             self.loaded_at = datetime.now(UTC)
             event(log, "config_reloaded", trigger=trigger, changed=",".join(plan.sections))
         elif not plan.restart:

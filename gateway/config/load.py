@@ -1,16 +1,21 @@
-"""Read config.yaml: `${VAR}` / `${VAR:-default}` substitution, validation, one list of errors."""
+"""Read config.yaml: `${VAR}` / `${VAR:-default}` substitution, validation, one list of errors,
+each in plain words (not pydantic's own texts) with its path."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic_core import ErrorDetails
 
 from gateway.config.model import PLATFORM_TYPES, Config
 
@@ -48,6 +53,10 @@ def _show(path: str, value: Any) -> str:
         return value  # an unresolved placeholder names a variable, not a secret
     if isinstance(value, SecretStr) or (_is_secret_path(path) and value not in (None, "")):
         return "'****'"
+    if isinstance(value, dict):
+        # Its keys only: a section's values may be secrets (a channel without a type, its token).
+        text = "a section with the keys " + ", ".join(map(str, value)) if value else "an empty section"
+        return text if len(text) <= 80 else text[:77] + "..."
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -114,9 +123,157 @@ def _loc_to_path(loc: tuple[Any, ...]) -> str:
             path += f"[{part}]"
         elif part in PLATFORM_TYPES and path.startswith("channels.") and path.count(".") == 1:
             continue  # pydantic's union tag, not a user-visible key
+        elif part == "[key]":
+            continue  # the mapping key itself is wrong: the reason says "the name ..."
         else:
             path = _join(path, str(part))
     return path or "(root)"
+
+
+# -- pydantic's errors in plain words ------------------------------------------------------------
+
+_TYPE_WORDS = {
+    "string_type": "must be text",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number, without a fraction",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list (lines starting with '- ')",
+    "tuple_type": "must be a list (lines starting with '- ')",
+    "set_type": "must be a list (lines starting with '- ')",
+    "dict_type": "must be a mapping (indented 'key: value' lines)",
+    "model_type": "must be a section of keys (indented 'key: value' lines), not a single value",
+    "model_attributes_type": "must be a section of keys (indented 'key: value' lines), not a single value",
+    "missing": "is required",
+}
+_BOUNDS = {
+    "greater_than": ("gt", "must be greater than {}"),
+    "greater_than_equal": ("ge", "must be {} or more"),
+    "less_than": ("lt", "must be less than {}"),
+    "less_than_equal": ("le", "must be {} or less"),
+}
+
+
+def _number(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _did_you_mean(word: Any, choices: list[str]) -> str:
+    if not isinstance(word, str) or not choices:
+        return ""
+    folded = {c.lower(): c for c in choices}
+    if word.lower() in folded:
+        return f"; did you mean {folded[word.lower()]!r}?"
+    close = difflib.get_close_matches(word.lower(), list(folded), n=1, cutoff=0.6)
+    return f"; did you mean {folded[close[0]]!r}?" if close else ""
+
+
+def _flat_types(tp: Any) -> list[Any]:
+    """`tp` without Annotated, Optional and unions: the types a value there may be."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _flat_types(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [t for arg in typing.get_args(tp) for t in _flat_types(arg) if t is not type(None)]
+    return [tp]
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _step(tp: Any, part: Any) -> Any:
+    """The type found at `part` (a key, an index, a union tag) inside a value of type `tp`."""
+    candidates = _flat_types(tp)
+    if isinstance(part, int):
+        return next((typing.get_args(c)[0] for c in candidates if typing.get_origin(c) in (list, tuple, set)), None)
+    for c in candidates:
+        if _is_model(c) and part in c.model_fields:
+            return c.model_fields[part].annotation
+    for c in candidates:
+        if typing.get_origin(c) is dict:
+            return typing.get_args(c)[1]
+    for c in candidates:  # a discriminated union names the member by its `type`
+        if _is_model(c) and "type" in c.model_fields and part in typing.get_args(c.model_fields["type"].annotation):
+            return c
+    return None
+
+
+def _holds_secret(loc: tuple[Any, ...]) -> bool:
+    """Is the value at `loc` a secret by its type (SecretStr), whatever its key is called?"""
+    tp: Any = Config
+    for part in loc:
+        tp = None if part == "[key]" else _step(tp, part)
+        if tp is None:
+            return False
+    for c in _flat_types(tp):
+        if c is SecretStr or (typing.get_origin(c) is list and SecretStr in _flat_types(typing.get_args(c)[0])):
+            return True
+    return False
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where the last part of `loc` sits."""
+    tp: Any = Config
+    for part in loc[:-1]:
+        tp = _step(tp, part)
+        if tp is None:
+            return []
+    return [key for c in _flat_types(tp) if _is_model(c) for key in c.model_fields]
+
+
+def _describe_pattern(pattern: str) -> str:
+    # The names in this config are `^[<characters>]+$`: say which characters.
+    m = re.fullmatch(r"\^\[([^\]]+)\]\+\$", pattern)
+    if m is None:
+        return f"does not have the expected form (the pattern {pattern})"
+    chars, kinds = m.group(1), []
+    for span, word in (("A-Za-z", "letters"), ("A-Z", "capital letters"), ("a-z", "small letters"), ("0-9", "digits")):
+        if span in chars:
+            kinds.append(word)
+            chars = chars.replace(span, "")
+    kinds += [repr(c) for c in chars.replace("\\", "")]
+    return "may hold only " + ", ".join(kinds[:-1]) + (" and " if len(kinds) > 1 else "") + kinds[-1]
+
+
+def _length_words(err: ErrorDetails, at: str, bound: int) -> str:
+    value = err.get("input")
+    unit = "character" if err["type"].startswith("string") or isinstance(value, (str, SecretStr)) else "item"
+    return f"must have {at} {bound} {unit}{'' if bound == 1 else 's'}"
+
+
+def _channel_types(tag: Any) -> str:
+    return "the known types are " + ", ".join(PLATFORM_TYPES) + _did_you_mean(tag, list(PLATFORM_TYPES))
+
+
+def plain_reason(err: ErrorDetails) -> str:
+    """What one pydantic error means, in words a person editing config.yaml reads at once."""
+    kind, ctx, loc = err["type"], err.get("ctx") or {}, tuple(err["loc"])
+    name = "the name " if loc and loc[-1] == "[key]" else ""
+    if kind == "extra_forbidden":
+        return "unknown key" + _did_you_mean(loc[-1] if loc else None, _known_keys(loc))
+    if kind == "union_tag_invalid":
+        return "unknown channel type; " + _channel_types(ctx.get("tag"))
+    if kind == "union_tag_not_found":
+        return "a channel needs a type (unless it is named after its platform); " + _channel_types(None)
+    if kind in _TYPE_WORDS:
+        return name + _TYPE_WORDS[kind]
+    if kind in _BOUNDS:
+        key, words = _BOUNDS[kind]
+        return name + words.format(_number(ctx.get(key)))
+    if kind in ("too_short", "string_too_short"):
+        return name + _length_words(err, "at least", int(ctx.get("min_length", 0)))
+    if kind in ("too_long", "string_too_long"):
+        return name + _length_words(err, "at most", int(ctx.get("max_length", 0)))
+    if kind == "string_pattern_mismatch":
+        return name + _describe_pattern(str(ctx.get("pattern", "")))
+    if kind in ("literal_error", "enum"):
+        choices = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        return f"{name}must be one of {ctx.get('expected')}" + _did_you_mean(err.get("input"), choices)
+    return name + err["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
 def parse_config(data: Any, source: str = "config", env: Mapping[str, str] | None = None) -> Config:
@@ -136,9 +293,11 @@ def parse_config(data: Any, source: str = "config", env: Mapping[str, str] | Non
         for err in exc.errors():
             path = _loc_to_path(tuple(err["loc"]))
             value = err.get("input", _MISSING) if err["type"] != "missing" else _MISSING
-            reason = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            reason = reason.removeprefix("Value error, ")
-            problems.append(ConfigProblem(path, value, reason))
+            if err["type"] == "union_tag_invalid":  # the channel's `type` is what is wrong
+                path, value = f"{path}.type", (err.get("ctx") or {}).get("tag")
+            if value is not _MISSING and _holds_secret(tuple(err["loc"])):
+                value = SecretStr(str(value))  # shown as '****' (a webhook secret is not named like a token)
+            problems.append(ConfigProblem(path, value, plain_reason(err)))
     if config is not None:
         problems.extend(ConfigProblem(p, v, r) for p, v, r in config.check_semantics())
     if problems or config is None:

@@ -389,6 +389,12 @@ ProjectName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za
 
 class LoggingConfig(Strict):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # text: `<time> <level> <logger> <event> key=value ...`; json: one object a line, the same
+    # event name and fields as keys, for a log collector. Secrets are redacted in both.
+    format: Literal["text", "json"] = "text"
+    # One `http_request` line per request on the shared web server: method, path (never the query
+    # string or a header, where tokens travel), status, ms, client address.
+    access_log: bool = False
 
 
 class ShutdownConfig(Strict):

@@ -1,12 +1,23 @@
-"""One line per event: `<event> key=value ...`, with secrets redacted by a filter on the handler."""
+"""One line per event: `<event> key=value ...`, or one JSON object a line (`logging.format: json`),
+with secrets redacted by a filter on the handler in both."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import re
 import sys
 from collections.abc import Iterable
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+LogFormat = Literal["text", "json"]
+# The shared web server's one line per request (`logging.access_log`); its level is the switch.
+ACCESS_LOGGER = "clawgate.access"
+# Where `event` leaves its name and fields on the record, for the JSON formatter.
+_EVENT_ATTR = "clawgate_event"
+_FIELDS_ATTR = "clawgate_fields"
 
 # Token shapes we redact even when they are not in the config: provider keys, bearer headers,
 # Telegram bot tokens, Slack tokens.
@@ -29,14 +40,24 @@ def _fmt_value(value: Any) -> str:
     return text
 
 
+def _json_value(value: Any) -> str | int | float | bool | None:
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else str(value)
+    return str(value)
+
+
 def event(logger: logging.Logger, name: str, level: int = logging.INFO, /, **ctx: Any) -> None:
     """Log a stable event name with key=value context."""
     if not logger.isEnabledFor(level):
         return
+    extra = {_EVENT_ATTR: name, _FIELDS_ATTR: {k: _json_value(v) for k, v in ctx.items()}}
     if ctx:
-        logger.log(level, "%s %s", name, " ".join(f"{k}={_fmt_value(v)}" for k, v in ctx.items()))
+        text = " ".join(f"{k}={_fmt_value(v)}" for k, v in ctx.items())
+        logger.log(level, "%s %s", name, text, extra=extra)
     else:
-        logger.log(level, "%s", name)
+        logger.log(level, "%s", name, extra=extra)
 
 
 class RedactingFilter(logging.Filter):
@@ -65,7 +86,52 @@ class RedactingFilter(logging.Filter):
         record.args = None
         if record.exc_text:
             record.exc_text = self.redact(record.exc_text)
+        fields = getattr(record, _FIELDS_ATTR, None)
+        if isinstance(fields, dict):
+            setattr(record, _FIELDS_ATTR, {k: self._redact_value(v) for k, v in fields.items()})
         return True
+
+    def _redact_value(self, value: Any) -> Any:
+        if value is None or isinstance(value, (bool, float)):
+            return value
+        text = str(value)
+        redacted = self.redact(text)
+        # A number stays a number unless its digits are a secret (a numeric PIN or password).
+        return value if isinstance(value, int) and redacted == text else redacted
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ts, level, logger, then the event name and its fields as keys (or
+    `message` for a line that is not an event), and `exc` for a traceback. Runs after the
+    redacting filter, so it only ever sees redacted text."""
+
+    _RESERVED = frozenset({"ts", "level", "logger", "event", "message", "exc"})
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+        }
+        name = getattr(record, _EVENT_ATTR, None)
+        fields = getattr(record, _FIELDS_ATTR, None)
+        if isinstance(name, str) and isinstance(fields, dict):
+            out["event"] = name
+            for key, value in fields.items():
+                out[f"{key}_" if key in self._RESERVED else key] = value
+        else:
+            out["message"] = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def formatter(fmt: LogFormat) -> logging.Formatter:
+    if fmt == "json":
+        return JsonFormatter()
+    return logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")
 
 
 _filter = RedactingFilter()
@@ -75,16 +141,30 @@ def redactor() -> RedactingFilter:
     return _filter
 
 
-def setup_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
+def setup_logging(
+    level: str = "INFO",
+    secrets: Iterable[str] = (),
+    *,
+    fmt: LogFormat | None = None,
+    access_log: bool | None = None,
+) -> None:
+    """Configure the process's logging (again, on a reload). `fmt` and `access_log` left at None
+    keep what an earlier call set (text, no access log at first)."""
     _filter.add_secrets(secrets)
     root = logging.getLogger()
     root.setLevel(level)
-    if not any(getattr(h, "_clawgate", False) for h in root.handlers):
+    handler = next((h for h in root.handlers if getattr(h, "_clawgate", False)), None)
+    if handler is None:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(formatter(fmt or "text"))
         handler.addFilter(_filter)
         handler._clawgate = True  # type: ignore[attr-defined]
         root.addHandler(handler)
+    elif fmt is not None:
+        handler.setFormatter(formatter(fmt))
+    access = logging.getLogger(ACCESS_LOGGER)
+    if access_log is not None or access.level == logging.NOTSET:
+        access.setLevel(logging.INFO if access_log else logging.WARNING)
     # Third-party libraries are chatty at INFO and may echo request bodies.
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "openai", "aiohttp.access", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -97,11 +97,10 @@ class OpenAIApi:
     async def models(self, request: web.Request) -> web.Response:
         self._user(request)
         created = int(time.time())
-        data = [{"id": "default", "object": "model", "created": created, "owned_by": "clawgate"}]
-        data += [
-            {"id": a.name, "object": "model", "created": created, "owned_by": "clawgate"}
-            for a in self.config.agents.list
-        ]
+        # `default` always names the first agent (Config.agent), whatever that agent is called; an
+        # agent named default is that same name, listed once.
+        names = ["default"] + [a.name for a in self.config.agents.list if a.name != "default"]
+        data = [{"id": name, "object": "model", "created": created, "owned_by": "clawgate"} for name in names]
         return web.json_response({"object": "list", "data": data})
 
     async def _body(self, request: web.Request) -> dict[str, Any]:

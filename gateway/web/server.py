@@ -9,9 +9,11 @@ server is known by is refused (421) before any handler runs.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -23,11 +25,12 @@ from channels.telegram.config import TelegramChannelConfig
 from channels.web.config import WebChannelConfig
 from gateway.config.model import Config
 from gateway.core.http_input import Address, BadJson, address_of, host_name, is_local_request, is_loopback_name
-from gateway.core.logs import event
+from gateway.core.logs import ACCESS_LOGGER, event
 from gateway.core.ports import STORAGE_RETRY_SECONDS, retry_after
 from memory.store.db import StorageUnwritable
 
 log = logging.getLogger("clawgate.server")
+access_log = logging.getLogger(ACCESS_LOGGER)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -90,7 +93,73 @@ def _host_guard(policy: HostPolicy) -> Middleware:
 
 
 @web.middleware
+async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One `http_request` line per request when `logging.access_log` is on (setup_logging sets this
+    logger's level). The path only: a query string or a header may carry a token."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return await handler(request)
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away before the answer (nginx's word for it)
+        raise
+    finally:
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        client = request.remote or ""
+        event(
+            access_log,
+            "http_request",
+            method=request.method,
+            path=request.path[:200],
+            status=status,
+            ms=ms,
+            client=client,
+        )
+
+
+# The JSON APIs: an unknown route or method there is answered in JSON too, not aiohttp's text page.
+_CONSOLE_API = "/api/v1"
+_OPENAI_API = "/v1"
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def _no_route(request: web.Request) -> web.StreamResponse | None:
+    """The JSON answer for a request under one of the JSON APIs that no route matched (404) or whose
+    route has no handler for its method (405, with the Allow header); None elsewhere."""
+    unmatched = request.match_info.http_exception
+    if unmatched is None or unmatched.status not in (404, 405):
+        return None
+    path, status = request.path, unmatched.status
+    if status == 405:
+        allowed = unmatched.headers.get("Allow", "")
+        message, code = f"{request.method} is not allowed on {path[:200]}; allowed: {allowed}", "method_not_allowed"
+    else:
+        message, code = f"no such route: {request.method} {path[:200]}", "not_found"
+    headers = {"Allow": unmatched.headers["Allow"]} if "Allow" in unmatched.headers else None
+    if _under(path, _CONSOLE_API):
+        return web.json_response({"error": message}, status=status, headers=headers)
+    if _under(path, _OPENAI_API):
+        # The OpenAI error shape, as every other answer of /v1 (gateway/web/openai_api.py).
+        body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+        return web.json_response(body, status=status, headers=headers)
+    return None
+
+
+@web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    no_route = _no_route(request)
+    if no_route is not None:
+        return no_route
     try:
         return await handler(request)
     except web.HTTPException:
@@ -114,7 +183,8 @@ def cannot_save(reason: str) -> str:
 
 
 def build_app(max_body_bytes: int, hosts: HostPolicy) -> web.Application:
-    return web.Application(middlewares=[_host_guard(hosts), _errors], client_max_size=max_body_bytes)
+    # The access log is outermost: it sees a refused Host and the final status of every request.
+    return web.Application(middlewares=[_access, _host_guard(hosts), _errors], client_max_size=max_body_bytes)
 
 
 @dataclass(frozen=True, slots=True)

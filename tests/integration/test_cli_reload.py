@@ -55,7 +55,7 @@ async def test_reload_says_what_came_of_each_kind_of_file(
             1,
             "",
             f"failed: {path} was not applied, 1 problem(s):\n"
-            "  - ai.retries: Input should be a valid integer, unable to parse string as an integer\n"
+            "  - ai.retries: must be a whole number\n"
             "the gateway keeps its last good config\n",
         )
 

@@ -150,9 +150,9 @@ def test_the_gate_is_off_by_default() -> None:
         ({"model": "  ", "threshold": 0.5}, "model is empty"),
         ({"model": "/models/ce", "min_score": 0.5}, "min_score is now called threshold"),
         ({"model": "/models/ce", "threshold": "nan"}, "finite number"),
-        ({"model": "/models/ce", "threshold": 0.5, "max_candidates": 0}, "greater than or equal to 1"),
-        ({"model": "/models/ce", "threshold": 0.5, "timeout_ms": 0}, "greater than 0"),
-        ({"model": "/models/ce", "threshold": 0.5, "threads": 0}, "greater than or equal to 1"),
+        ({"model": "/models/ce", "threshold": 0.5, "max_candidates": 0}, "must be 1 or more"),
+        ({"model": "/models/ce", "threshold": 0.5, "timeout_ms": 0}, "must be greater than 0"),
+        ({"model": "/models/ce", "threshold": 0.5, "threads": 0}, "must be 1 or more"),
     ],
 )
 def test_the_config_says_what_is_wrong_in_plain_words(gate: dict[str, object], words: str) -> None:
