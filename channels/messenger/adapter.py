@@ -33,10 +33,11 @@ from channels.messenger.media import MediaHosts
 from channels.messenger.normalize import Incoming, normalize_body
 from channels.messenger.render import render
 from channels.messenger.signature import HEADER, problem
-from channels.messenger.webhook import read_capped, subscription
+from channels.messenger.webhook import MAX_BODY_BYTES, subscription
 from channels.messenger.window import Window, masked
 from gateway.core.events import Attachment, ConversationRef, MessageReceived, MessageRef, OutboundMessage
 from gateway.core.handoff import hand_off
+from gateway.core.http_input import read_capped
 from gateway.core.logs import event
 from gateway.core.ports import (
     Capabilities,
@@ -173,7 +174,7 @@ class MessengerAdapter:
     async def _receive(self, request: web.Request) -> web.Response:
         if not self._started:
             return web.Response(status=503, text="not ready", headers=retry_after(1))  # Meta delivers again
-        raw = await read_capped(request)
+        raw = await read_capped(request, MAX_BODY_BYTES)
         if raw is None:
             event(log, "messenger_webhook_refused", logging.WARNING, channel=self.name, reason="body_too_large")
             return web.Response(status=413, text="too large")

@@ -1,16 +1,13 @@
 """The HTTP side of Meta's webhook, apart from what the adapter does with the events: the
-subscription check (`GET`) and reading a call's body within a cap (`POST`)."""
+subscription check (`GET`) and the cap on a call's body (`POST`, read by http_input.read_capped)."""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Mapping
 
-from aiohttp import web
-
 # A Messenger webhook call is a batch of small JSON events (attachments are URLs): this is plenty.
 MAX_BODY_BYTES = 1_000_000
-_CHUNK = 64 * 1024
 _CHALLENGE_CHARS = 256
 
 
@@ -27,15 +24,3 @@ def subscription(query: Mapping[str, str], verify_token: str) -> tuple[str | Non
     if not challenge or len(challenge) > _CHALLENGE_CHARS or not (challenge.isascii() and challenge.isprintable()):
         return None, "bad_challenge"
     return challenge, None
-
-
-async def read_capped(request: web.Request, cap: int = MAX_BODY_BYTES) -> bytes | None:
-    """The request's body, or None once it passes `cap` bytes (reading stops there)."""
-    if request.content_length is not None and request.content_length > cap:
-        return None
-    data = bytearray()
-    async for chunk in request.content.iter_chunked(_CHUNK):
-        data += chunk
-        if len(data) > cap:
-            return None
-    return bytes(data)

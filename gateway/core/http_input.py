@@ -133,3 +133,17 @@ def is_local_request(request: web.Request) -> bool:
     """From this machine, to this machine by a loopback name: both the peer and the Host say so.
     A rebinding page comes from a loopback peer too, but under its own name."""
     return is_loopback_peer(request) and is_loopback_name(host_name(request.headers.get("Host")))
+
+
+async def read_capped(request: web.Request, cap: int) -> bytes | None:
+    """The request's whole body, or None once it passes `cap` bytes (a declared Content-Length over
+    it is refused unread; otherwise reading stops there). StreamReader.read(n) returns what is
+    buffered, not n bytes: the body is read in chunks until its end."""
+    if request.content_length is not None and request.content_length > cap:
+        return None
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        data += chunk
+        if len(data) > cap:
+            return None
+    return bytes(data)

@@ -26,6 +26,7 @@ from aiohttp import web
 from gateway.config.model import Config
 from gateway.config.schedules import HookConfig
 from gateway.core.events import ConversationKind, ConversationRef
+from gateway.core.http_input import read_capped
 from gateway.core.logs import event
 from gateway.jobs.runner import JobFailed
 from gateway.media.frame import label, plain
@@ -98,16 +99,6 @@ def target_ref(cfg: HookConfig) -> ConversationRef:
     return ConversationRef(t.channel, t.conversation or "", t.thread, kind)
 
 
-async def _read_capped(request: web.Request, cap: int) -> bytes | None:
-    """The whole body, or None once it passes `cap` bytes (reading stops there)."""
-    data = bytearray()
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        data += chunk
-        if len(data) > cap:
-            return None
-    return bytes(data)
-
-
 class Hooks:
     def __init__(
         self,
@@ -132,9 +123,7 @@ class Hooks:
         cfg = self.config.hooks.get(name)
         if cfg is None or not cfg.enabled:
             return web.json_response({"error": f"no webhook named {name!r}"}, status=404)
-        if request.content_length is not None and request.content_length > cfg.max_bytes:
-            return self._refused(name, 413, f"the body is over {cfg.max_bytes} bytes (hooks.{name}.max_bytes)")
-        body = await _read_capped(request, cfg.max_bytes)
+        body = await read_capped(request, cfg.max_bytes)
         if body is None:
             return self._refused(name, 413, f"the body is over {cfg.max_bytes} bytes (hooks.{name}.max_bytes)")
         replay, why = verify(cfg, request.headers, body, self.clock())
