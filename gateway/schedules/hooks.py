@@ -33,7 +33,6 @@ from gateway.media.frame import label, plain
 from gateway.schedules.runs import Run, RunFailed, Runner
 from gateway.schedules.scheduler import RUN_ATTEMPTS, Enqueue
 from memory.store.jobs import Job
-from memory.store.schedules import ScheduleStore
 from memory.trust.redact import redact
 
 log = logging.getLogger("clawgate.hooks")
@@ -104,13 +103,11 @@ class Hooks:
         self,
         config: Config,
         enqueue: Enqueue,
-        schedules: ScheduleStore,
         secrets: Sequence[str],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.enqueue = enqueue
-        self.schedules = schedules  # a DM target's conversation is found there
         self.secrets = secrets
         self.clock = clock
         self.runner: Runner | None = None
@@ -149,15 +146,7 @@ class Hooks:
         cfg = self.config.hooks.get(name)
         if cfg is None or self.runner is None:
             raise JobFailed(f"webhook {name!r} is no longer configured", permanent=True)
-        ref = target_ref(cfg)
-        if cfg.target.user is not None:
-            chat = await self.schedules.dm_chat(ref.channel, cfg.target.user)
-            if chat is None:
-                why = (
-                    f"{cfg.target.user} has not chatted with the bot on {ref.channel} yet: no conversation to answer in"
-                )
-                raise JobFailed(why, permanent=True)
-            ref = ConversationRef(ref.channel, chat, None, ConversationKind.DM)
+        ref = target_ref(cfg)  # a user's DM: found by the Runner
         text = prompt_of(name, cfg, str(job.payload.get("body") or ""), job.payload.get("event"))
         run = Run(f"hook:{name}:{job.id}", "webhook", name, ref, text, "agent", cfg.agent, cfg.target.user)
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gateway.config.model import Config
@@ -114,7 +114,9 @@ class Runner:
                 "the target conversation is public: runs answer only in private or team ones", retryable=False
             )
         person = await self._person(run)
-        key = self.router.session_key_for(run.ref, person or _stand_in(run))
+        run = await self._in_their_dm(run)
+        acting = person or _stand_in(run)
+        key = self.router.session_key_for(run.ref, acting)
         agent = self.router.config.agent(run.agent)
         if agent is None:
             raise RunFailed(f"no agent {run.agent!r} in the config", retryable=False)
@@ -125,7 +127,7 @@ class Runner:
                 return await self._message(run, adapter, state, key)
             new = Message("user", run.text, author=run.author, event_id=run.event_id)
             turn = await self.router.turns.prepare(
-                agent, person or _stand_in(run), audience, state, new, target, person=person is not None, ref=run.ref
+                agent, acting, audience, state, new, target, person=person is not None, ref=run.ref
             )
             if run.note:
                 turn.prompt = on_newest_user(turn.prompt, lambda m: _noted(m, run.note))
@@ -162,6 +164,23 @@ class Runner:
         await self.router.storage.sessions.append(state, [said])
         event(log, "schedule_run_delivered", kind=run.kind, name=run.label, session=key)
         return "ok"
+
+    async def _in_their_dm(self, run: Run) -> Run:
+        """`run` with its conversation's chat id: a target named by its person (their DM on the
+        channel) is the DM they wrote in last. Platforms name a DM by their own id, known only once
+        the person has written there."""
+        if run.ref.chat_id:
+            return run
+        if run.person is None:
+            raise RunFailed(f"{run.label}: no conversation to answer in", retryable=False)
+        chat = await self.router.storage.schedules.dm_chat(run.ref.channel, run.person)
+        if chat is None:
+            raise RunFailed(
+                f"{run.person} has not chatted with the bot on {run.ref.channel} yet: a message from them there "
+                "starts the conversation this run answers in",
+                retryable=False,
+            )
+        return replace(run, ref=ConversationRef(run.ref.channel, chat, None, ConversationKind.DM))
 
     async def _person(self, run: Run) -> User | None:
         if run.person is None:

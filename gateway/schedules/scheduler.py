@@ -238,8 +238,7 @@ class Scheduler:
                 await self.queue(moved)
 
     async def _run_of(self, s: Schedule, due: datetime, late: bool, manual: bool) -> Run:
-        chat = s.chat_id or await self._dm_of(s)
-        ref = ConversationRef(s.channel, chat, s.thread_id, ConversationKind(s.conv_kind))
+        ref = ConversationRef(s.channel, s.chat_id, s.thread_id, ConversationKind(s.conv_kind))
         event_id = f"schedule:{s.id}:{'manual:' + _stamp(self.clock()) if manual else _stamp(due)}"
         kind = s.kind if s.kind == REMINDER else "schedule"
         when = f"due {self._local(due, s.zone)}" + (", late: the gateway was not running then" if late else "")
@@ -249,20 +248,6 @@ class Scheduler:
         what = f"a reminder {s.owner} set" if s.kind == REMINDER else f"scheduled run {s.label!r}"
         note = f"{what}, {when}: nobody wrote this just now; answer it for the conversation"
         return Run(event_id, kind, s.label, ref, s.text, s.mode, s.agent, s.owner, note)
-
-    async def _dm_of(self, s: Schedule) -> str:
-        """The chat id of the DM between the schedule's person and the bot on its channel: the one
-        they wrote in last (the platform names a DM by its own id, known once they wrote)."""
-        if s.owner is None:
-            raise RunFailed(f"{s.label}: no conversation to answer in", retryable=False)
-        chat = await self.store.dm_chat(s.channel, s.owner)
-        if chat is None:
-            raise RunFailed(
-                f"{s.owner} has not chatted with the bot on {s.channel} yet: a message from them there starts "
-                "the conversation this run answers in",
-                retryable=False,
-            )
-        return chat
 
     @staticmethod
     def _local(at: datetime, zone: str) -> str:

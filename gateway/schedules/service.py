@@ -34,7 +34,7 @@ class Schedules:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.scheduler = Scheduler(config, storage, jobs.enqueue, clock=clock)
-        self.hooks = Hooks(config, jobs.enqueue, storage.schedules, secrets, lambda: clock().timestamp())
+        self.hooks = Hooks(config, jobs.enqueue, secrets, lambda: clock().timestamp())
         self.jobs = jobs
 
     def tools(self) -> list[Tool]:
