@@ -32,28 +32,6 @@ def add_parsers(sub: Any) -> None:
         one.add_argument("name", help="the schedule's name in the config")
 
 
-def _json(s: Schedule) -> dict[str, Any]:
-    def iso(at: Any) -> str | None:
-        return at.isoformat() if at is not None else None
-
-    return {
-        "id": s.id,
-        "kind": s.kind,
-        "name": s.name,
-        "owner": s.owner,
-        "status": s.status,
-        "rule": s.cron or (f"every {s.every_seconds}s" if s.every_seconds else "once"),
-        "zone": s.zone,
-        "target": {"channel": s.channel, "conversation": s.chat_id or None, "thread": s.thread_id},
-        "mode": s.mode,
-        "next_due": iso(s.next_due),
-        "last_run_at": iso(s.last_run_at),
-        "last_outcome": s.last_outcome,
-        "last_error": s.last_error,
-        "runs": s.runs,
-    }
-
-
 def _line(s: Schedule) -> str:
     from gateway.schedules.reminders import describe
     from memory.store.schedules import ACTIVE, REMINDER
@@ -91,7 +69,7 @@ async def _run(args: argparse.Namespace, config: Config, storage: Storage) -> in
         found = await storage.schedules.list(kind=kinds, statuses=(ACTIVE, PAUSED, DISABLED))
         for s in found:
             if getattr(args, "json", False):
-                emit(json.dumps(_json(s)))
+                emit(json.dumps(s.to_json()))
             else:
                 print(_line(s))
         if not found and not getattr(args, "json", False):

@@ -53,6 +53,30 @@ class Schedule:
     source: str | None
     created_at: datetime
 
+    def to_json(self) -> dict[str, Any]:
+        """What `clawgate schedules list --json` and the console's JSON API show of it."""
+
+        def iso(at: datetime | None) -> str | None:
+            return at.isoformat() if at is not None else None
+
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "owner": self.owner,
+            "status": self.status,
+            "rule": self.cron or (f"every {self.every_seconds}s" if self.every_seconds else "once"),
+            "zone": self.zone,
+            "channel": self.channel,
+            "target": {"channel": self.channel, "conversation": self.chat_id or None, "thread": self.thread_id},
+            "mode": self.mode,
+            "next_due": iso(self.next_due),
+            "last_run_at": iso(self.last_run_at),
+            "last_outcome": self.last_outcome,
+            "last_error": self.last_error,
+            "runs": self.runs,
+        }
+
     @property
     def label(self) -> str:
         """How logs, the CLI and people name it: a config schedule by its name, a reminder by its id."""

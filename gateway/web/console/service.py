@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,6 @@ from memory.records.reads import Browse
 from memory.records.rows import Revision, snapshot
 from memory.records.store import RecordError
 from memory.store.jobs import STATUSES
-from memory.store.schedules import Schedule
 from memory.store.storage import Storage
 from memory.store.traces import TraceStore
 from memory.trust import policy, redact
@@ -464,7 +463,7 @@ class ConsoleService:
         return {
             "counts": await self.storage.jobs.counts(),
             "items": [j.to_json() for j in found],
-            "schedules": [_schedule_json(s) for s in runs],
+            "schedules": [s.to_json() for s in runs],
         }
 
     async def retry_job(self, viewer: Viewer, job_id: int) -> dict[str, Any]:
@@ -475,21 +474,3 @@ class ConsoleService:
         if job is None:
             raise NotFound(f"no job {job_id}")
         raise Conflict(f"job {job_id} is {job.status}; only dead jobs are retried")
-
-
-def _schedule_json(s: Schedule) -> dict[str, Any]:
-    def iso(at: datetime | None) -> str | None:
-        return at.isoformat() if at is not None else None
-
-    return {
-        "name": s.name or "",
-        "status": s.status,
-        "rule": s.cron or f"every {s.every_seconds} s",
-        "zone": s.zone,
-        "next_due": iso(s.next_due) if s.status == "active" else None,
-        "last_run_at": iso(s.last_run_at),
-        "last_outcome": s.last_outcome,
-        "last_error": s.last_error,
-        "runs": s.runs,
-        "channel": s.channel,
-    }
