@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from gateway.config.fields import check_zone, parse_duration
 from gateway.core.events import ConversationRef
 from gateway.schedules.scheduler import ScheduleError, Scheduler
-from gateway.schedules.when import describe_cron, parse_reminder
+from gateway.schedules.when import describe_cron, parse_reminder, span
 from memory.store.identities import User
 from memory.store.schedules import ACTIVE, CANCELLED, REMINDER, Schedule
 
@@ -77,7 +77,7 @@ def describe(s: Schedule) -> str:
     if s.cron is not None:
         rule = f", {describe_cron(s.cron)}"
     elif s.every_seconds:
-        rule = f", every {timedelta(seconds=s.every_seconds)}"
+        rule = f", every {span(timedelta(seconds=s.every_seconds))}"
     kind = "ask: " if s.mode == "agent" else ""
     paused = " (paused)" if s.status != ACTIVE else ""
     return f"#{s.id} {due} ({s.zone}{rule}){paused}: {kind}{s.text}"

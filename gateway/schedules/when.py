@@ -69,16 +69,6 @@ class When:
             return self.first + steps * self.every
         return None
 
-    def describe(self, now: datetime | None = None) -> str:
-        """How the person is told when it is due: "Tue 3 Dec 09:00 (Europe/Berlin)", "every …"."""
-        local = self.first.astimezone(ZoneInfo(self.zone))
-        at = f"{local:%a} {local.day} {local:%b %H:%M} ({self.zone})"
-        if self.cron is not None:
-            return f"{describe_cron(self.cron)}, first {at}"
-        if self.every is not None:
-            return f"every {_span(self.every)}, first {at}"
-        return at
-
 
 def cron_next(expr: str, zone: str, after: datetime) -> datetime:
     """The first time `expr` (read in `zone`) matches strictly after `after`, in UTC."""
@@ -102,7 +92,8 @@ def describe_cron(expr: str) -> str:
     return f"cron {expr!r}"
 
 
-def _span(d: timedelta) -> str:
+def span(d: timedelta) -> str:
+    """A duration in words: "2 hours", "minute", "90 seconds"."""
     seconds = int(d.total_seconds())
     for unit, size in (("week", 604800), ("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds % size == 0:
@@ -190,7 +181,7 @@ def _every(m: re.Match[str], zone: str, now: datetime, min_interval: timedelta) 
         unit = (m.group("unit") or m.group("unit1")).lower().rstrip("s")
         every = parse_duration(f"{m.group('n') or 1}{_UNIT[unit]}")
         if every < min_interval:
-            raise WhenError(f"a reminder repeats at most every {_span(min_interval)}")
+            raise WhenError(f"a reminder repeats at most every {span(min_interval)}")
         if clock is not None:
             first = _one_off(f"at {clock:%H:%M}", ZoneInfo(zone), now)
             assert first is not None

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config.fields import check_cron, parse_duration
-from gateway.schedules.when import When, WhenError, cron_next, describe_cron, parse_reminder
+from gateway.schedules.when import When, WhenError, cron_next, describe_cron, parse_reminder, span
 
 NOW = datetime(2026, 12, 2, 7, 40, tzinfo=UTC)
 BERLIN = "Europe/Berlin"
@@ -114,3 +114,9 @@ def test_cron_and_durations_are_checked_by_the_library_with_clear_words() -> Non
         parse_duration("soon")
     assert describe_cron("30 8 * * 1") == "every Monday at 08:30"
     assert describe_cron("*/5 * * * *") == "cron '*/5 * * * *'"
+    # How a repeating reminder's interval is shown (/reminders), not as 2:00:00.
+    assert (span(timedelta(hours=2)), span(timedelta(minutes=1)), span(timedelta(seconds=90))) == (
+        "2 hours",
+        "minute",
+        "90 seconds",
+    )
