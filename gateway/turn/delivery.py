@@ -189,17 +189,9 @@ class Delivery:
             event(log, "delivery_skipped_duplicate", channel=adapter.name, event_id=event_id, status=earlier[0])
             return None
         pace = self._pace(adapter, conv)
-        try:
-            ref = await self._complete(
-                adapter, pace, conv, key, event_id, text, None, None, reply_to=reply_to, private_to=private_to
-            )
-        except DeliveryError as exc:
-            # One message that certainly never arrived: its claim is given back, so that work tried
-            # again later (a scheduled run's retry) sends it once, not never.
-            one = adapter.capabilities.length(text) <= adapter.capabilities.max_length
-            if one and not exc.maybe_delivered and adapter.capabilities.durable_sends:
-                await self._journal.release(key)
-            raise
+        ref = await self._complete(
+            adapter, pace, conv, key, event_id, text, None, None, reply_to=reply_to, private_to=private_to
+        )
         return self._sent(adapter, key, ref)
 
     @asynccontextmanager
@@ -258,7 +250,14 @@ class Delivery:
             first = OutboundMessage(
                 conv, chunks[0], key, event_id, final=last == 0, reply_to=reply_to, private_to=private_to
             )
-            ref = await self._send(adapter, pace, first)
+            try:
+                ref = await self._send(adapter, pace, first)
+            except DeliveryError as exc:
+                # Nothing of the reply is on screen and this send certainly failed: the claim is given
+                # back, so that work tried again later (a scheduled run's retry) sends it once, not never.
+                if not exc.maybe_delivered and caps.durable_sends:
+                    await self._journal.release(key)
+                raise
         elif caps.rendered(chunks[0]) == shown and not (last == 0 and caps.final_edit_matters):
             event(log, "delivery_edit_unchanged", logging.DEBUG, channel=adapter.name, event_id=event_id)
         else:

@@ -404,6 +404,10 @@ class FakeTelegram:
         """The next call of `method` gets `behavior` instead of its normal answer."""
         self._behaviors.setdefault(method.lower(), deque()).append(behavior)
 
+    def heal(self) -> None:
+        """Forget every failure still queued by fail_next: the next calls succeed."""
+        self._behaviors.clear()
+
     def rate_limit_next(self, method: str, retry_after: float = 3) -> None:
         self.fail_next(method, Fail(429, retry_after=retry_after))
 

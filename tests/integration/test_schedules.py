@@ -194,6 +194,25 @@ async def test_a_run_the_platform_fails_is_retried_after_the_queues_backoff(worl
     assert (s.last_outcome, s.runs) == ("ok", 1)
 
 
+async def test_an_agent_run_the_platform_fails_is_answered_after_the_queues_backoff(world: Any) -> None:
+    """The streamed answer's claim is given back too when nothing of it reached the platform."""
+    gw, tg, _llm, clock = world
+    assert gw.router is not None
+    gw.router.delivery._sleep = _no_wait
+    await tg.dm("/remind in 5m ask: summarise my day", sender=ADA)
+    await said(tg, "⏰ Reminder #")
+    for _ in range(12):  # every send of the first try fails, however it streams
+        tg.fail_next("sendMessage", Fail(500))
+    await fire(gw, clock, minutes=5)
+    (job,) = await gw.storage.jobs.list(kind="schedule_run", status="pending")
+    assert job.attempts == 1 and "refused" in (job.last_error or "")
+    tg.heal()
+    await fire(gw, clock, seconds=30)
+    await said(tg, "summarise my day")
+    (s,) = await gw.storage.schedules.list(statuses=())
+    assert (s.last_outcome, s.runs) == ("ok", 1)
+
+
 async def test_a_run_that_cannot_be_delivered_is_dead_lettered_with_its_reason(world: Any) -> None:
     gw, tg, _llm, clock = world
     await tg.dm("/remind in 5m ping", sender=ADA)
