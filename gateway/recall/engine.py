@@ -41,6 +41,7 @@ from gateway.turn.engine import NOTICE_AUTHOR
 from memory.archive.daily_index import DailyIndex
 from memory.changes import newer_first
 from memory.embed.embeddings import Embedder, make_embedder, model_info
+from memory.embed.errors import MissingPackage
 from memory.embed.index import DatabaseIndex, VectorIndex
 from memory.embed.pgvector import searched_in_database
 from memory.embed.providers import litellm_route, resolve_credentials
@@ -263,6 +264,8 @@ class TurnRecall:
                 logging.WARNING,
                 reason="embedder_failed",
                 error=type(exc).__name__,
+                # A package not installed: say which, and the pip command (memory.embed.errors).
+                **({"detail": exc.what, "fix": exc.fix} if isinstance(exc, MissingPackage) else {}),
             )
             return
         finally:

