@@ -28,7 +28,7 @@ queries are embedded afresh every time, inside the timed section.
 Neighbour context, which the store does not do yet: (1) the vector of a turn is the normalized mean
 of the turn's own embedding and that of the turn with the one before it, so a reply like "Yes, last
 Sunday" carries what it answers; (2) `Retriever` is told which turns are adjacent in a session.
-Both need the store to know a record's neighbours (README, "Recall at scale").
+Both need the store to know a record's neighbours (docs/benchmarks.md, "Recall at scale").
 """
 
 from __future__ import annotations

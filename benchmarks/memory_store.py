@@ -17,7 +17,8 @@ queries of 1-4 words, each `visible_scopes` + `RecordStore.search` + `can_read` 
 queries skip the 50 most frequent words, which play the part of the stop words that search drops
 (in a 10-word record the most frequent word turns up two times in three).
 
-Targets (README, "Memory store"): 2,000+ policy-checked writes/s and a policy-filtered lookup by id under 2 ms at p99.
+Targets (docs/benchmarks.md, "Memory store"): 2,000+ policy-checked writes/s and a policy-filtered lookup
+by id under 2 ms at p99.
 """
 
 from __future__ import annotations

@@ -21,14 +21,14 @@ Processes, so that each one's CPU is counted apart:
 Each trio of scenarios runs under each CPU limit of `--cpus-per-instance` (default "none,0.5"):
   * none: the machine is the limit. One instance is one Python process, so it uses one core and
     leaves the other to PostgreSQL, the load generator and the fake LLM; two instances must share
-    both cores with all of them, so on 2 cores they cannot reach 2x (see the README's arithmetic).
+    both cores with all of them, so on 2 cores they cannot reach 2x (see the arithmetic in docs/benchmarks.md).
   * 0.5: each gateway gets half a core (a CFS quota in a cgroup of its own, as `docker run --cpus
     0.5` or a Kubernetes CPU limit gives a container): the instances are the limit, not the
     machine, which is what adding an instance is for. Needs root; skipped with a note otherwise.
 
-turns/s = answered turns / wall time. The target (README, "Several instances"): two instances >= 1.7x one. PostgreSQL's
-CPU is its backends serving the scenario's database; the machine's other load during each scenario
-is reported ("other processes", in cores: well above 0 means a disturbed run).
+turns/s = answered turns / wall time. The target (docs/benchmarks.md, "Several instances"): two instances >= 1.7x
+one. PostgreSQL's CPU is its backends serving the scenario's database; the machine's other load during
+each scenario is reported ("other processes", in cores: well above 0 means a disturbed run).
 """
 
 from __future__ import annotations

@@ -11,8 +11,16 @@ from gateway.core.channel_config import ChatChannelConfig
 
 class DiscordChannelConfig(ChatChannelConfig):
     type: Literal["discord"] = "discord"
-    token: SecretStr
-    api_base_url: str = "https://discord.com/api/v10"
+    token: SecretStr = Field(description="The bot's token, from the developer portal's Bot page.")
+    api_base_url: str = Field(
+        default="https://discord.com/api/v10",
+        description="The REST API's root (one per process: discord.py keeps it globally).",
+    )
     gateway_url: str | None = None  # default: what the REST API's /gateway/bot returns
-    shard_ids: list[int] | None = None
-    shard_count: Annotated[int, Field(ge=1)] | None = None
+    shard_ids: list[int] | None = Field(
+        default=None,
+        description="The shards this process runs (with shard_count), to split a large bot across processes.",
+    )
+    shard_count: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="How many shards the bot has in all."
+    )

@@ -21,12 +21,14 @@ _VERSION = re.compile(r"^v\d{1,3}\.\d{1,2}$")
 
 class MessengerChannelConfig(ChatChannelConfig):
     type: Literal["messenger"] = "messenger"
-    page_access_token: SecretStr
+    page_access_token: SecretStr = Field(description="The connected Page's access token.")
     app_secret: SecretStr  # X-Hub-Signature-256 of every webhook call is checked with it
     verify_token: Annotated[SecretStr, Field(min_length=8)]  # echoed back when the subscription is verified
-    webhook_path: str = "/messenger/webhook"
+    webhook_path: str = Field(
+        default="/messenger/webhook", description="Where Meta posts webhook calls, on the shared web server."
+    )
     api_base_url: str = "https://graph.facebook.com"  # requests go to {api_base_url}/{graph_version}/...
-    graph_version: str = "v21.0"
+    graph_version: str = Field(default="v21.0", description="The Graph API version requests use.")
     # Sent with a reply that falls outside the 24-hour window; None: such a reply is not sent (logged).
     message_tag: MessageTag | None = None
     # Attachments are downloaded only from hosts under these domains (https), or from api_base_url's

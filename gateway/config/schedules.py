@@ -19,10 +19,10 @@ class TargetConfig(Strict):
     """Where a run answers: a channel, and in it a person's direct conversation (`user`) or a
     conversation by its id on the platform (`conversation`, with `thread` inside it)."""
 
-    channel: str
+    channel: str = Field(description="The channel's name under `channels:`.")
     user: str | None = None  # a user id from `users:`: their DM on this channel
     conversation: str | None = None  # the platform's chat / channel id
-    thread: str | None = None
+    thread: str | None = Field(default=None, description="A thread or topic inside `conversation`.")
     # What `conversation` is; a `user` target is always a DM.
     kind: Literal["dm", "group", "channel"] = "group"
 
@@ -45,10 +45,12 @@ class ScheduleConfig(Strict):
     every: str | None = None  # 30m, 2h, 1d: from the gateway's first start with this schedule
     timezone: str | None = None  # default: the config's top-level timezone
     agent: str | None = None  # default: the first agent
-    prompt: Annotated[str, Field(min_length=1, max_length=8000)]
-    target: TargetConfig
+    prompt: Annotated[str, Field(min_length=1, max_length=8000)] = Field(
+        description="What the agent is asked each run."
+    )
+    target: TargetConfig = Field(description="The conversation the run answers in.")
     until: Until | None = None  # no run after this (a date: after that day), in `timezone`
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="false: the schedule does not run.")
 
     @field_validator("timezone")
     @classmethod
@@ -96,19 +98,27 @@ class HookConfig(Strict):
     """An inbound webhook, `POST /hooks/<name>`: a request signed with `secret` runs `agent` with
     `prompt` and the request's body (as data, never as instructions), answering in `target`."""
 
-    secret: Annotated[SecretStr, Field(min_length=16)]
-    agent: str | None = None
-    prompt: Annotated[str, Field(min_length=1, max_length=8000)]
-    target: TargetConfig
-    max_bytes: Annotated[int, Field(ge=1, le=5 * 1024 * 1024)] = 256 * 1024
-    enabled: bool = True
+    secret: Annotated[SecretStr, Field(min_length=16)] = Field(
+        description="The shared secret requests are signed with (16+ characters)."
+    )
+    agent: str | None = Field(default=None, description="The agent that runs; unset: the first agent.")
+    prompt: Annotated[str, Field(min_length=1, max_length=8000)] = Field(
+        description="What the agent is asked; the request's body follows it, as data."
+    )
+    target: TargetConfig = Field(description="The conversation the run answers in.")
+    max_bytes: Annotated[int, Field(ge=1, le=5 * 1024 * 1024)] = Field(
+        default=256 * 1024, description="Largest request body accepted."
+    )
+    enabled: bool = Field(default=True, description="false: the hook answers 404.")
 
 
 class RemindersConfig(Strict):
     """Reminders people set in chat (`/remind`) or through the model (the schedule_reminder tool)."""
 
-    enabled: bool = True
-    max_per_user: Annotated[int, Field(ge=1, le=1000)] = 50
+    enabled: bool = Field(default=True, description="false: no /remind and no schedule_reminder tool.")
+    max_per_user: Annotated[int, Field(ge=1, le=1000)] = Field(
+        default=50, description="Reminders one person may have waiting."
+    )
     # A repeating reminder runs at most this often.
     min_interval: str = "5m"
 

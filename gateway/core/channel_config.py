@@ -25,7 +25,7 @@ MegaBytes = Annotated[float, Field(gt=0, le=2000)]
 class MediaSizes(Strict):
     """The largest file taken, in megabytes (10^6 bytes), per kind (docs/media.md)."""
 
-    image: MegaBytes = 10
+    image: MegaBytes = 10  # pictures
     document: MegaBytes = 20  # text-like files and PDFs
     audio: MegaBytes = 25  # voice notes and audio files: 25 MB is what Whisper takes
 
@@ -43,6 +43,7 @@ class MediaConfig(Strict):
 
     # false: attachments are refused with a message saying this channel takes text only.
     enabled: bool = True
+    # The largest file per kind, in MB; one number sets every kind.
     max_mb: MediaSizes = Field(default_factory=MediaSizes)
     # Longer voice notes and audio files are refused before they are downloaded when the platform
     # says how long they are, else once the file shows it.
@@ -73,7 +74,7 @@ AckReaction = Annotated[bool | str, BeforeValidator(_one_reaction)]
 class ChatChannelConfig(Strict):
     """What every chat platform shares: access policy, audience, limits."""
 
-    enabled: bool = True
+    enabled: bool = True  # false: the channel is not started
     # DMs: open (anyone), allowlist (only allow_from), pairing (unknown senders get a code an admin
     # approves), disabled.
     dm_policy: DmPolicy = "pairing"

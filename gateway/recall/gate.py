@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.config.model import RelevanceGateConfig
+from gateway.config.memory import RelevanceGateConfig
 from gateway.core.logs import event
 from memory.recall import Cooldown, Key, Scored
 from memory.rerank import GateVerdict, judge, log_scores, pairs

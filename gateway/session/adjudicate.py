@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from gateway.config.model import DedupeConfig
+from gateway.config.memory import DedupeConfig
 from gateway.core.events import utcnow
 from gateway.core.logs import event
 from gateway.jobs.runner import JobFailed

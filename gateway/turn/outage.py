@@ -1,6 +1,6 @@
 """What the message path does while the storage cannot be written (a full disk, a read-only file
 system): nothing already journaled is lost, HTTP callers get a clear 503 (Unavailable), and a person
-on a chat platform is told once, since the platform will not retry for them (README, "Operating it")."""
+on a chat platform is told once, since the platform will not retry for them (docs/operations.md, "A full disk")."""
 
 from __future__ import annotations
 

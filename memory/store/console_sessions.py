@@ -1,4 +1,4 @@
-"""Web console sign-ins (README, "Web console"): a browser that signed in with a user's token holds a random
+"""Web console sign-ins (docs/console.md): a browser that signed in with a user's token holds a random
 session id in an HttpOnly cookie. Only the id's digest is stored, so a copy of the database signs
 nobody in; each session has its own CSRF token for the forms it posts."""
 

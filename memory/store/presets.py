@@ -1,4 +1,4 @@
-"""Tool presets (README, "Tool-failure hints and tool presets"): saved, known-good arguments for a
+"""Tool presets (docs/memory.md, "Tool-failure hints and tool presets"): saved, known-good arguments for a
 tool, with a note, that an administrator approved. When a call of that tool fails, the error the
 model gets back offers the approved presets of that tool (gateway/turn/tools.py), so it can retry
 with something that works instead of guessing.

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.config.model import RelevanceGateConfig
+from gateway.config.memory import RelevanceGateConfig
 from gateway.recall.engine import TurnMemory
 from gateway.recall.gate import LOADING, RelevanceGate, Scorer, load_cross_encoder
 from gateway.recall.trace import build_items

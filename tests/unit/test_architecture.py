@@ -187,7 +187,7 @@ def test_comments_cite_the_docs_not_issue_numbers() -> None:
 
 def documented_packages(doc: str) -> set[str]:
     """The packages the tree in docs/architecture.md names, as paths (`gateway/turn/commands`)."""
-    tree = doc.split("```")[1]
+    tree = doc.split("## The tree", 1)[1].split("```")[1]
     found, stack = set(), []
     for line in tree.splitlines():
         m = re.match(r"( *)([\w.]+)/\s", line + " ")

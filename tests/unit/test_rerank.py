@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config.load import ConfigError, parse_config
-from gateway.config.model import RelevanceGateConfig
+from gateway.config.memory import RelevanceGateConfig
 from gateway.recall.gate import (
     FAILED,
     OFF,

@@ -1,5 +1,5 @@
 """`/memory trace [N]` and `/memory preset …`: a person's own recall traces, and the tool presets
-failed tool calls offer the model (README, "Tool-failure hints and tool presets").
+failed tool calls offer the model (docs/memory.md, "Tool-failure hints and tool presets").
 
 Traces: the caller's own turns only. In a direct conversation, all of theirs; in a group, only
 theirs in that group, so that nothing they asked elsewhere is shown in front of others.
