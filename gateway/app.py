@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,15 +24,17 @@ from gateway.config.model import Config
 from gateway.core.events import ConversationRef, MessageReceived, utcnow
 from gateway.core.logs import event, setup_logging
 from gateway.core.metrics import Metrics
-from gateway.core.ports import Adapter, ChannelServices, HistoryItem, RecordedReply
+from gateway.core.ports import Adapter, ChannelServices, ConversationSummary, HistoryItem, RecordedReply
 from gateway.jobs.consolidation import CONSOLIDATE_JOB, Consolidator
 from gateway.jobs.formation import Formation
 from gateway.jobs.merge import MERGE_JOB, Merger, scheduler_from_config
 from gateway.jobs.runner import JobRunner
 from gateway.llm.client import LLMClient, ModelSpec, llm_settings
+from gateway.pairing_notice import PairingNotices
 from gateway.recall.engine import TurnRecall, embedder_from_config
 from gateway.recall.trace import TraceRecorder
 from gateway.reload import Reloader
+from gateway.reload_files import remove_pid_file, try_write_pid_file
 from gateway.schedules.service import Schedules
 from gateway.session.adjudicate import DEDUPE_JOB, Duplicates
 from gateway.session.budget import SessionMemory
@@ -40,11 +43,12 @@ from gateway.session.memory_tools import consolidate_tool, memory_tools, search_
 from gateway.turn.commands.chat import COMMANDS
 from gateway.turn.context import CoreFiles, PromptContext
 from gateway.turn.delivery import Delivery
-from gateway.turn.engine import NOTICE_AUTHOR, TurnEngine, model_chain
+from gateway.turn.engine import COMMAND_ANSWER_AUTHOR, NOTICE_AUTHOR, TurnEngine, model_chain
 from gateway.turn.router import Router
 from gateway.turn.tools import CURRENT_TIME, ToolRegistry
 from gateway.web import console
 from gateway.web.auth import TokenAuth
+from gateway.web.console.once import OnceLink, startup_lines
 from gateway.web.console.service import ConsoleService
 from gateway.web.openai_api import OpenAIApi
 from gateway.web.server import add_ops_routes, build_app, host_policy, metrics_access
@@ -92,6 +96,8 @@ class Gateway:
         self.secrets: list[str] = []
         self.openai_api: OpenAIApi | None = None
         self.console: ConsoleService | None = None
+        self.once = OnceLink(clock)  # the console's one-time sign-in link while no user has a token
+        self.pairing_notices: PairingNotices | None = None  # tells people their pairing was approved
         self.write_check: WriteCheck | None = None
         # With the file it came from, config.yaml is reloaded on SIGHUP or when it changes.
         self.reloader = Reloader(self, config_path) if config_path is not None else None
@@ -127,6 +133,8 @@ class Gateway:
             accept=self._accept,
             replay=self._replay,
             conversations=storage.conversations,
+            threads=self._threads,
+            stop_turn=self._stop_turn,
         )
         for name, ch_cfg in self.config.channels.items():
             if getattr(ch_cfg, "enabled", True):
@@ -191,9 +199,9 @@ class Gateway:
         self.router.schedules = self.schedules.scheduler
         self.openai_api = OpenAIApi(self.config, storage, engine, self.router, self.metrics, self.auth, max_body)
         self.openai_api.mount(app)
-        trace_store = self.traces.store
+        traces = self.traces.store
         self.console = console.mount(
-            app, self.config, storage, self.auth, memory, core, self.recall, trace_store, self.status, secrets
+            app, self.config, storage, self.auth, memory, core, self.recall, traces, self.status, secrets, self.once
         )
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render, metrics_access=metrics_access(web_cfgs))
         self.write_check = WriteCheck(storage.db, self.config.storage.data_dir, self._instance_name())
@@ -222,6 +230,8 @@ class Gateway:
         if self.config.memory.enabled and self.config.memory.merge.enabled:  # the daily merge, at memory.merge.at
             self._background.append(asyncio.create_task(scheduler_from_config(self.config, self.jobs.enqueue).run()))
         self._background.append(asyncio.create_task(self._maintenance()))
+        self.pairing_notices = PairingNotices(storage.pairing, self.adapters, self.router.delivery)
+        self._background.append(asyncio.create_task(self.pairing_notices.run()))
         self._background.append(asyncio.create_task(self._index_daily_files()))
         self._background.append(asyncio.create_task(self._check_models()))
         if self._freeze:
@@ -365,23 +375,17 @@ class Gateway:
         pid_file: Path | None = None
         try:
             await self.start()
-            pid_file = self._write_pid_file()
+            pid_file = try_write_pid_file(self.config.storage.data_dir)  # for `clawgate reload`
             if self._sites:
-                print(f"clawgate is running: open {self.url} to chat (Ctrl+C stops it)", file=sys.stderr, flush=True)
-                signing_in = (
-                    "sign in with a user's token"
-                    if any(u.tokens for u in self.config.users.values())
-                    else ("no user has a token yet: set CLAWGATE_TOKEN (16+ characters) and restart to sign in")
-                )
-                print(f"web console: {self.url}/console ({signing_in})", file=sys.stderr, flush=True)
+                print("\n".join(startup_lines(self.config, self.url, self.once)), file=sys.stderr, flush=True)
             await self._stopping.wait()
-            self._remove_pid_file(pid_file)  # a reload asked for from now on would go unanswered
+            remove_pid_file(pid_file)  # a reload asked for from now on would go unanswered
             pid_file = None
             deadline = self.config.shutdown.timeout_seconds
             event(log, "gateway_stopping", deadline_seconds=deadline)
             await self.stop(deadline)
         finally:
-            self._remove_pid_file(pid_file)
+            remove_pid_file(pid_file)
             for sig in handlers:
                 loop.remove_signal_handler(sig)
 
@@ -393,31 +397,6 @@ class Gateway:
 
     def _forced_reload_signal(self) -> None:
         self._reload_signal(force=True)
-
-    def _write_pid_file(self) -> Path | None:
-        """Where `clawgate reload` finds this process. Not being able to write it is no reason to
-        stop serving: SIGHUP still reloads."""
-        from gateway.reload_files import write_pid_file
-
-        try:
-            return write_pid_file(self.config.storage.data_dir)
-        except OSError as exc:
-            event(
-                log,
-                "pid_file_not_written",
-                logging.WARNING,
-                data_dir=self.config.storage.data_dir,
-                error=exc.strerror or type(exc).__name__,
-                hint=f"clawgate reload cannot find this gateway; kill -HUP {os.getpid()} reloads",
-            )
-            return None
-
-    @staticmethod
-    def _remove_pid_file(path: Path | None) -> None:
-        from gateway.reload_files import remove_pid_file
-
-        if path is not None:
-            remove_pid_file(path)
 
     async def _index_daily_files(self) -> None:
         """Daily files edited by hand (or written before a crash) are found again: index what changed."""
@@ -581,7 +560,20 @@ class Gateway:
         user = await self.storage.identities.resolve(identity)
         key = self.router.session_key_for(ref, user)
         msgs = await self.storage.sessions.history(key)
-        return [HistoryItem("notice" if m.author == NOTICE_AUTHOR else m.role, m.content) for m in msgs]
+        notices = (NOTICE_AUTHOR, COMMAND_ANSWER_AUTHOR)
+        return [HistoryItem("notice" if m.author in notices else m.role, m.content) for m in msgs]
+
+    async def _threads(self, ref: ConversationRef, identity: str) -> list[ConversationSummary]:
+        """The open conversations of the chat `ref` is in (its own and its threads), for the chat page."""
+        assert self.storage is not None and self.router is not None
+        user = await self.storage.identities.resolve(identity)
+        base = self.router.session_key_for(replace(ref, thread_id=None), user)
+        found = await self.storage.sessions.threads(base)
+        return [ConversationSummary(t.key[len(base) + 1 :] or None, t.title, t.updated_at.isoformat()) for t in found]
+
+    def _stop_turn(self, event_id: str) -> None:
+        if self.router is not None:
+            self.router.stops.request(event_id)
 
 
 def _iso(unix: float) -> str:

@@ -5,10 +5,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gateway.core.logs import event
+
+log = logging.getLogger("clawgate.reload")
 
 PID_FILE = "clawgate.pid"
 STATUS_FILE = "reload-status.json"
@@ -30,8 +35,27 @@ def write_pid_file(data_dir: Path) -> Path:
     return path
 
 
-def remove_pid_file(path: Path) -> None:
+def try_write_pid_file(data_dir: Path) -> Path | None:
+    """The pid file, or None (logged) when it cannot be written: that is no reason to stop
+    serving, SIGHUP still reloads."""
+    try:
+        return write_pid_file(data_dir)
+    except OSError as exc:
+        event(
+            log,
+            "pid_file_not_written",
+            logging.WARNING,
+            data_dir=data_dir,
+            error=exc.strerror or type(exc).__name__,
+            hint=f"clawgate reload cannot find this gateway; kill -HUP {os.getpid()} reloads",
+        )
+        return None
+
+
+def remove_pid_file(path: Path | None) -> None:
     """Remove the pid file if it is still this process's (another gateway may have taken it over)."""
+    if path is None:
+        return
     try:
         if path.read_text(encoding="utf-8").strip() == str(os.getpid()):
             path.unlink()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from aiohttp import WSMsgType, web
 
 from channels.web.config import WebChannelConfig
 from channels.web.media import UploadError, Uploads, body_cap, parse_files, upload_budget
+from channels.web.render import rendered
+from channels.web.sockets import Sockets
 from gateway.core.events import (
     Actor,
     Attachment,
@@ -32,6 +35,7 @@ from gateway.core.ports import (
     ChannelServices,
     EventSink,
     Health,
+    HistoryItem,
     KeyReused,
     SessionBusy,
     Throttled,
@@ -52,6 +56,12 @@ PAGE_HEADERS = {
 _CONV_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 # A body or frame this large (a message with files) is decoded off the event loop.
 _LARGE_JSON = 1024 * 1024
+# Rendering Markdown costs 2-5 ms per KB (render.py, measured: 20 KB of dense Markdown with lists,
+# tables and code ~80-95 ms, 20 KB of prose ~40 ms, 8 KB dense ~40 ms). A streamed update carries HTML
+# up to _LIVE_HTML characters (~20 ms at worst); past that the page shows the update's text until the
+# final frame, which always carries it. Longer texts render in a thread, so other sockets get turns.
+_LIVE_HTML = 4 * 1024
+_TITLE_CHARS = 60  # a conversation's title in the list: the start of its first message
 
 
 def valid_conversation(conv: object) -> str | None:
@@ -69,33 +79,6 @@ class _Pending:
     ref_id: str | None = None
 
 
-@dataclass(slots=True)
-class _Sockets:
-    by_conv: dict[str, set[web.WebSocketResponse]] = field(default_factory=dict)
-
-    def add(self, key: str, ws: web.WebSocketResponse) -> None:
-        self.by_conv.setdefault(key, set()).add(ws)
-
-    def remove(self, key: str, ws: web.WebSocketResponse) -> None:
-        group = self.by_conv.get(key)
-        if group is not None:
-            group.discard(ws)
-            if not group:
-                del self.by_conv[key]
-
-    async def push(self, key: str, frame: dict[str, Any]) -> int:
-        sent = 0
-        for ws in list(self.by_conv.get(key, ())):
-            if ws.closed:
-                continue
-            try:
-                await ws.send_json(frame)
-                sent += 1
-            except (ConnectionError, RuntimeError):
-                continue
-        return sent
-
-
 class WebAdapter:
     def __init__(self, name: str, config: WebChannelConfig, services: ChannelServices) -> None:
         self.name = name
@@ -110,12 +93,14 @@ class WebAdapter:
             max_length=1_000_000,
             min_edit_interval=0.05,
             durable_sends=False,
+            shows_history=True,
         )
         self._sink: EventSink | None = None
         self._pending: dict[str, _Pending] = {}
         self._ref_event: dict[str, str] = {}
-        self._sockets = _Sockets()
+        self._sockets = Sockets()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running: dict[str, set[str]] = {}  # session key -> event ids of the page's turns running
         self._started = False
         # Files sent with a message live here until its turn ends (docs/media.md); nothing is downloaded.
         self._uploads = Uploads()
@@ -166,7 +151,10 @@ class WebAdapter:
         await self._deliver(ref, text, final, self._ref_event.get(ref.message_id))
 
     async def _deliver(self, ref: MessageRef, text: str, final: bool, event_id: str | None) -> None:
+        # The page shows `html`, never `text`, as HTML: it is rendered and cleaned here (render.py).
         frame = {"type": "reply", "id": ref.message_id, "text": text, "final": final, "event": event_id}
+        if final or len(text) <= _LIVE_HTML:
+            frame["html"] = await rendered(text)
         await self._sockets.push(ref.conversation.session_key, frame)
         if final:
             self._ref_event.pop(ref.message_id, None)
@@ -351,6 +339,27 @@ class WebAdapter:
         items = await self.services.history(self._conversation(user_id, conv), f"web:{user_id}")
         return web.json_response({"messages": [{"role": i.role, "text": i.text} for i in items]})
 
+    async def _page_history(self, ref: ConversationRef, user_id: str) -> list[dict[str, Any]]:
+        """The conversation as the page showed it: the assistant's and the gateway's words with their HTML."""
+        items = await self.services.history(ref, f"web:{user_id}")
+        return [await _history_item(i) for i in items]
+
+    async def _conversation_list(self, user_id: str) -> list[dict[str, Any]]:
+        """This person's web conversations, most recent first (in `ready` and `conversations` frames)."""
+        if self.services.threads is None:
+            return []
+        found = await self.services.threads(self._conversation(user_id, None), f"web:{user_id}")
+        return [{"id": c.thread_id, "title": _title(c.title), "updated_at": c.updated_at} for c in found]
+
+    def _stop(self, key: str) -> bool:
+        """Stop the replies running in conversation `key` (the page's Stop button); False: none ran."""
+        running = self._running.get(key)
+        if not running or self.services.stop_turn is None:
+            return False
+        for event_id in running:
+            self.services.stop_turn(event_id)
+        return True
+
     async def _ws(self, request: web.Request) -> web.StreamResponse:
         origin = request.headers.get("Origin")
         allowed = _allowed_origins(request) | ({self.config.public_url} if self.config.public_url else set())
@@ -404,16 +413,29 @@ class WebAdapter:
                     ref = self._conversation(user_id, conv)
                     key = ref.session_key
                     self._sockets.add(key, ws)
-                    history = await self.services.history(ref, f"web:{user_id}")
                     await ws.send_json(
                         {
                             "type": "ready",
                             "user": user_id,
                             "conversation": conv,
-                            "history": [{"role": i.role, "text": i.text} for i in history],
+                            "history": await self._page_history(ref, user_id),
                             "max_upload_bytes": self._upload_budget,
+                            "running": bool(self._running.get(key)),
+                            "conversations": await self._conversation_list(user_id),
                         }
                     )
+                elif kind == "conversations":
+                    if user_id is None:
+                        await ws.send_json({"type": "error", "error": "say hello first"})
+                        continue
+                    await ws.send_json(
+                        {"type": "conversations", "conversations": await self._conversation_list(user_id)}
+                    )
+                elif kind == "stop":
+                    if user_id is None or key is None:
+                        await ws.send_json({"type": "error", "error": "say hello first"})
+                        continue
+                    await ws.send_json({"type": "stopping", "running": self._stop(key)})
                 elif kind == "message":
                     if user_id is None:
                         await ws.send_json({"type": "error", "error": "say hello first"})
@@ -435,6 +457,9 @@ class WebAdapter:
                     client_id = client_id if isinstance(client_id, str) and 0 < len(client_id) <= 64 else None
                     ev = self._event(user_id, conv, text, client_id, files=files)
                     task = asyncio.create_task(self._ws_turn(ws, ev, files))
+                    running = self._running.setdefault(ev.ref.session_key, set())
+                    running.add(ev.event_id)
+                    task.add_done_callback(functools.partial(self._turn_over, ev.ref.session_key, ev.event_id))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 else:
@@ -460,6 +485,13 @@ class WebAdapter:
         except Exception as exc:
             event(log, "web_turn_failed", logging.ERROR, error=type(exc).__name__)
             await self._ws_error(ws, "internal error", ev)
+
+    def _turn_over(self, key: str, event_id: str, _task: object) -> None:
+        running = self._running.get(key)
+        if running is not None:
+            running.discard(event_id)
+            if not running:
+                del self._running[key]
 
     def _revoked(self, token: str, user_id: str, request: web.Request) -> bool:
         """Whether a socket's token stopped being `user_id`'s since it said hello (a reload)."""
@@ -489,6 +521,22 @@ class _Reply:
     text: str
     message_id: str | None
     replayed: bool = False  # the reply recorded for an earlier try with the same idempotency key
+
+
+async def _history_item(item: HistoryItem) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": item.role, "text": item.text}
+    if item.role in ("assistant", "notice"):
+        out["html"] = await rendered(item.text)
+    return out
+
+
+def _title(text: str) -> str:
+    """A conversation's title: its first message on one line, cut at a word near _TITLE_CHARS."""
+    line = " ".join(text.split())
+    if len(line) <= _TITLE_CHARS:
+        return line
+    cut = line[:_TITLE_CHARS].rsplit(" ", 1)[0] or line[:_TITLE_CHARS]
+    return cut.rstrip(" ,.;:") + "…"
 
 
 async def _parsed(raw: bytes | str, what: str = "the body") -> Any:

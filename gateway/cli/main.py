@@ -86,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument(
         "--force", action="store_true", help="replace existing data (it is kept in before-restore-<time>/)"
     )
+    # Its flags are read by gateway/cli/onboard.py, imported only when it runs (`onboard --help` lists them).
+    sub.add_parser(
+        "onboard", add_help=False, help="write a first config.yaml and .env, then run the doctor (--help: flags)"
+    )
     cli_migrate.add_parser(sub)
     cli_memory.add_parsers(sub)
     cli_status.add_parsers(sub)
@@ -341,7 +345,9 @@ def describe_outcome(outcome: Outcome, path: Path) -> tuple[int, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)  # the rest: onboard's own flags
+    if rest and args.command != "onboard":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "run":
         return cmd_run(args)
     if args.command == "reload":
@@ -354,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_pairing(args)
     if args.command in ("backup", "restore"):
         return cmd_backup(args)
+    if args.command == "onboard":
+        from gateway.cli import onboard
+
+        return onboard.main(rest, _config_path(args))
     if args.command == "migrate-storage":
         return cli_migrate.run(args, _config_path(args))
     if args.command == "memory":

@@ -4,8 +4,10 @@ each in plain words (not pydantic's own texts) with its path."""
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Mapping
@@ -18,7 +20,9 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_core import ErrorDetails
 
 from gateway.config.model import PLATFORM_TYPES, Config
+from gateway.core.logs import event
 
+log = logging.getLogger("clawgate.config")
 SECRET_KEYS = frozenset({"api_key", "token", "tokens", "bot_token", "app_token", "signing_secret", "password"})
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -305,8 +309,56 @@ def parse_config(data: Any, source: str = "config", env: Mapping[str, str] | Non
     return config
 
 
+# Variables this process took from a .env file, with their values: a later read of the file (a
+# reload) may change them, while a variable the real environment set is never replaced.
+_FROM_ENV_FILE: dict[str, str] = {}
+_WARNED: set[Path] = set()
+
+
+def env_file_of(config_path: Path) -> Path:
+    """The .env file that goes with a config file: beside it (`clawgate onboard` writes both)."""
+    return config_path.parent / ".env"
+
+
+def load_env_file(config_path: Path) -> Path | None:
+    """Put the variables of the .env beside `config_path` into this process's environment, never
+    over one the real environment set (that one wins, as with docker/systemd's own env files).
+    Returns the file read, or None when there is none. A file that others may read is warned of:
+    it holds the secrets."""
+    from dotenv import dotenv_values
+
+    path = env_file_of(config_path)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if not stat.S_ISREG(mode):
+        return None
+    if mode & 0o077 and path not in _WARNED:
+        _WARNED.add(path)
+        event(
+            log,
+            "env_file_readable_by_others",
+            logging.WARNING,
+            path=str(path),
+            mode=oct(stat.S_IMODE(mode)),
+            hint=f"chmod 600 {path}",
+        )
+    for name, value in dotenv_values(path, interpolate=False).items():  # a secret's "$" is literal
+        if value is None:
+            continue
+        if name in os.environ and _FROM_ENV_FILE.get(name) != os.environ[name]:
+            continue  # set by the real environment
+        os.environ[name] = _FROM_ENV_FILE[name] = value
+    return path
+
+
 def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The config at `path`. Without an explicit `env`, the process's environment, after the .env
+    file beside `path` (if any) was added to it (load_env_file)."""
     path = Path(path) if path else default_config_path()
+    if env is None:
+        load_env_file(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

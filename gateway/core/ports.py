@@ -67,6 +67,9 @@ class Capabilities:
     threads_any_message: bool = False
     # The platform's own slash commands can be answered so that only their sender sees the answer.
     private_commands: bool = False
+    # The channel shows a conversation's session history (the web chat page after a reload): chat
+    # commands and their answers are kept in the session too, out of the model's prompt.
+    shows_history: bool = False
 
     def rates(self, conv: ConversationRef) -> tuple[Rate, ...]:
         if self.pacing is not None:
@@ -171,6 +174,15 @@ class HistoryItem:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """One of a person's conversations on a channel, for a list to pick from (the chat page)."""
+
+    thread_id: str | None  # the conversation's id within the chat (None: the default one)
+    title: str  # the first thing the person said, trimmed ("" before they said anything)
+    updated_at: str  # ISO 8601, UTC: when its latest message was stored
+
+
 class ConversationState(Protocol):
     """What a channel keeps about one of its platform conversations across restarts and instances:
     a small JSON object per (channel, conversation), written whole. Teams keeps the address its
@@ -205,6 +217,10 @@ class ChannelServices:
     replay: Callable[[MessageReceived], Awaitable[RecordedReply | None]] | None = None
     # Per-conversation state kept in the database (see ConversationState); None where nothing is kept.
     conversations: ConversationState | None = None
+    # (a conversation of the chat, identity) -> that chat's open conversations, most recent first.
+    threads: Callable[[ConversationRef, str], Awaitable[list[ConversationSummary]]] | None = None
+    # Stop the reply of a running turn, by the inbound event's id (gateway/turn/stops.py).
+    stop_turn: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,9 @@ class Admission:
                     await answer(adapter, ev, told, "done")
                     return False
                 why_not_linked = told
-            code = await self.storage.pairing.request(ev.sender.identity, ev.ref.channel, ev.sender.display_name)
+            code = await self.storage.pairing.request(
+                ev.sender.identity, ev.ref.channel, ev.sender.display_name, ev.ref.chat_id
+            )
         elif decision.verdict == access.Verdict.OVERHEAR:
             await self._overhear(cfg, ev)
         refusal = access.refusal(decision, cfg, ev, code)

@@ -12,12 +12,16 @@ from gateway.core.events import GATEWAY_AUTHOR
 from gateway.core.logs import event
 from gateway.llm.client import Completion, LLMClient, LLMError, ModelSpec, Restart, TextDelta
 from gateway.turn.tools import ToolContext, ToolRegistry
-from memory.store.sessions import Message
+from memory.store.sessions import ASIDE_AUTHOR, Message, kept_aside
 
 log = logging.getLogger("clawgate.turn")
 
 # Marks gateway-authored notices (e.g. "the model failed") so they are shown, never sent to the model.
 NOTICE_AUTHOR = f"{GATEWAY_AUTHOR}notice"
+# A person's chat command and its answer, kept aside in the session for the page's history (the
+# router's _keep_command; memory/store/sessions.py, ASIDE_AUTHOR): never in the session's context.
+COMMAND_AUTHOR = f"{ASIDE_AUTHOR}command"
+COMMAND_ANSWER_AUTHOR = f"{ASIDE_AUTHOR}answer"
 
 
 @dataclass(slots=True)
@@ -78,7 +82,7 @@ def build_messages(
     if summary:
         out.append({"role": "system", "content": f"{SUMMARY_HEADING}\n{summary}"})
     for m in (*history, *new):
-        if m.author == NOTICE_AUTHOR or m.role == "system":
+        if m.author == NOTICE_AUTHOR or kept_aside(m.author) or m.role == "system":
             continue
         out.append(unframed(m.to_llm()))
     return _drop_orphan_tool_results(out)

@@ -42,6 +42,7 @@ from gateway.turn.delivery import Delivery, ack_reaction, reply_key
 from gateway.turn.engine import TurnEngine
 from gateway.turn.outage import StorageOutage
 from gateway.turn.prepare import TurnPreparer
+from gateway.turn.stops import Stops
 from gateway.turn.turnstile import Place, Turnstile
 from memory.store.db import StorageUnwritable
 from memory.store.identities import User
@@ -103,6 +104,7 @@ class Router:
         self.turns = TurnPreparer(config, storage, session_memory, context, memory, recall, traces)
         self.media = MediaTurns(engine.llm)  # attachments read for their turn (docs/media.md)
         self.schedules: Scheduler | None = None  # reminders (/remind), set by the gateway once it runs
+        self.stops = Stops()  # replies a person asked to stop (the chat page's Stop button)
 
     def use_config(self, config: Config) -> None:
         """Settings from a config reload: access lists, roles, agents and budgets for the next turns."""
@@ -372,6 +374,8 @@ class Router:
                     text, to = await commands.answer(ctx, parsed, answer_to, adapter.capabilities.private_commands)
                     await self._answer(adapter, ev, text, target=to)
                     outcome = "command"
+                    if adapter.capabilities.shows_history:
+                        await commands.keep(ctx, parsed[0], text, to)
                 else:
                     outcome = await self._turn(ev, adapter, user, key, answer_to)
             except StorageUnwritable as exc:
@@ -458,13 +462,14 @@ class Router:
         outcome = "ok"
         sent = None
         reaction = ack_reaction(cfg.ack_reaction) if isinstance(cfg, ChatChannelConfig) else None
+        streamed = ev.wants_stream and adapter.capabilities.can_edit
         try:
             async with self.delivery.acknowledged(adapter, ev, reaction), adapter.typing(ev.ref):
                 delivered = await self.delivery.stream(
                     adapter,
                     to.conversation,
                     ev.event_id,
-                    self.engine.run(agent, turn.prompt, turn.ctx, ev.wants_stream and adapter.capabilities.can_edit),
+                    self.stops.watch(ev.event_id, self.engine.run(agent, turn.prompt, turn.ctx, streamed)),
                     reply_to=to.reply_to,
                 )
             result = delivered.result

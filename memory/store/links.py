@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +45,7 @@ class PairingRequest:
     display_name: str | None
     created_at: datetime
     approved_at: datetime | None
+    chat_id: str | None = None  # the DM the request came from (None: made before it was kept)
 
 
 def _create_link(conn: Connection, code_hash: str, user_id: str, identity: str) -> None:
@@ -121,14 +123,25 @@ def _is_approved(conn: Connection, identity: str) -> bool:
     return approved is not None
 
 
-def _request(conn: Connection, identity: str, channel: str, display_name: str | None) -> str:
-    code = conn.execute(select(pairing_requests.c.code).where(pairing_requests.c.identity == identity)).scalar()
-    if code is not None:
-        return str(code)
+def _request(conn: Connection, identity: str, channel: str, display_name: str | None, chat_id: str | None) -> str:
+    row = conn.execute(
+        select(pairing_requests.c.code, pairing_requests.c.chat_id).where(pairing_requests.c.identity == identity)
+    ).first()
+    if row is not None:
+        if chat_id is not None and row.chat_id != chat_id:  # the newest DM is where they are told
+            conn.execute(
+                update(pairing_requests).where(pairing_requests.c.identity == identity).values(chat_id=chat_id)
+            )
+        return str(row.code)
     code = new_code(6)
     conn.execute(
         insert(pairing_requests).values(
-            identity=identity, channel=channel, code=code, display_name=display_name, created_at=utcnow()
+            identity=identity,
+            channel=channel,
+            code=code,
+            display_name=display_name,
+            created_at=utcnow(),
+            chat_id=chat_id,
         )
     )
     return code
@@ -152,10 +165,47 @@ def _pending(conn: Connection) -> list[PairingRequest]:
     return [PairingRequest(r.identity, r.channel, r.code, r.display_name, r.created_at, None) for r in rows]
 
 
+def _unnotified(conn: Connection, channels: Collection[str], limit: int) -> list[PairingRequest]:
+    rows = conn.execute(
+        select(pairing_requests)
+        .where(
+            pairing_requests.c.approved_at.is_not(None),
+            pairing_requests.c.notified_at.is_(None),
+            pairing_requests.c.channel.in_(list(channels)),
+        )
+        .order_by(pairing_requests.c.approved_at)
+        .limit(limit)
+    ).all()
+    return [
+        PairingRequest(r.identity, r.channel, r.code, r.display_name, r.created_at, r.approved_at, r.chat_id)
+        for r in rows
+    ]
+
+
+def _claim_notice(conn: Connection, identity: str, now: datetime) -> bool:
+    claimed = conn.execute(
+        update(pairing_requests)
+        .where(
+            pairing_requests.c.identity == identity,
+            pairing_requests.c.approved_at.is_not(None),
+            pairing_requests.c.notified_at.is_(None),
+        )
+        .values(notified_at=now)
+    )
+    return claimed.rowcount == 1
+
+
+def _release_notice(conn: Connection, identity: str) -> None:
+    conn.execute(update(pairing_requests).where(pairing_requests.c.identity == identity).values(notified_at=None))
+
+
 class PairingStore:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._approved: set[str] = set()
+        # Called after every approval made through this store (chat, console, API): the gateway
+        # announces it at once instead of at its next sweep (gateway/pairing_notice.py).
+        self.on_approve: Callable[[], None] | None = None
 
     async def is_approved(self, identity: str) -> bool:
         if identity in self._approved:
@@ -165,16 +215,36 @@ class PairingStore:
             self._approved.add(identity)
         return approved
 
-    async def request(self, identity: str, channel: str, display_name: str | None) -> str:
-        """The pending code for `identity`, creating one on first contact."""
-        return await self._db.write(_request, identity, channel, display_name)
+    async def request(self, identity: str, channel: str, display_name: str | None, chat_id: str | None = None) -> str:
+        """The pending code for `identity`, creating one on first contact; `chat_id`: the DM it
+        wrote from, where it is told once approved."""
+        return await self._db.write(_request, identity, channel, display_name, chat_id)
 
     async def approve(self, code: str, approver: str) -> PairingRequest | None:
         row = await self._db.write(_approve, code, approver)
         if row is None:
             return None
         self._approved.add(row.identity)
-        return PairingRequest(row.identity, row.channel, row.code, row.display_name, row.created_at, utcnow())
+        if self.on_approve is not None:
+            self.on_approve()
+        return PairingRequest(
+            row.identity, row.channel, row.code, row.display_name, row.created_at, utcnow(), row.chat_id
+        )
 
     async def pending(self) -> list[PairingRequest]:
         return await self._db.read(_pending)
+
+    async def unnotified(self, channels: Collection[str], limit: int = 50) -> list[PairingRequest]:
+        """Approved requests on `channels` whose person was not told yet, oldest approval first."""
+        if not channels:
+            return []
+        return await self._db.read(_unnotified, channels, limit)
+
+    async def claim_notice(self, identity: str, *, now: datetime | None = None) -> bool:
+        """Mark `identity`'s approval as announced; True only for the one caller (of every instance
+        sharing the database) that changed the row, who then sends the notice."""
+        return bool(await self._db.write(_claim_notice, identity, now or utcnow()))
+
+    async def release_notice(self, identity: str) -> None:
+        """Give a claim back after a send that certainly failed: a later sweep tries again."""
+        await self._db.write(_release_notice, identity)

@@ -230,6 +230,10 @@ pairing_requests = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("approved_at", UTCDateTime),
     Column("approved_by", String(128)),
+    # The DM the request came from (the approval notice goes there) and when that notice was sent
+    # (claimed: gateway/pairing_notice.py), so that it is sent once whichever instance approves.
+    Column("chat_id", String(512)),
+    Column("notified_at", UTCDateTime),
 )
 
 # Long-term memory records (DESIGN §6). `id` (mem-…) is the stable name everything else uses; `seq`
@@ -371,7 +375,7 @@ recall_traces = Table(
     Index("ix_recall_traces_user_id", "user_id", "id"),
 )
 
-# Saved queries and tool presets admins approved (README, "Tool-failure hints and tool presets").
+# Saved queries and tool presets admins approved (docs/memory.md, "Tool-failure hints and tool presets").
 tool_presets = Table(
     "tool_presets",
     metadata,
@@ -386,7 +390,7 @@ tool_presets = Table(
     Index("ix_tool_presets_tool", "tool"),
 )
 
-# Web console sign-ins (README, "Web console"). The cookie holds a random id; only its digest is stored. The
+# Web console sign-ins (docs/console.md). The cookie holds a random id; only its digest is stored. The
 # digest of the token used to sign in is kept so that removing the token from config ends the session.
 console_sessions = Table(
     "console_sessions",

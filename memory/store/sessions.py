@@ -12,22 +12,22 @@ pasted. The turn's journaled event is finished in the same transaction, its text
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, literal, select, union_all, update
+from sqlalchemy import bindparam, case, delete, func, insert, literal, or_, select, union_all, update
 from sqlalchemy.engine import Connection
 
-from gateway.core.events import utcnow
+from gateway.core.events import GATEWAY_AUTHOR, utcnow
 from memory.store.db import Database
 from memory.store.platforms.journal import finish_in
 from memory.store.schema import UTCDateTime, archived_messages, messages, session_flushes, sessions
 from memory.tokens import estimate_tokens
-from memory.trust.redact import REDACTED, redact
+from memory.trust.redact import redact
+from memory.trust.redact.tool_calls import redact_tool_calls
 
 # The statements of every turn's append, built once (bindparam names must differ from column names).
 _ADD_MESSAGES = insert(messages).returning(messages.c.id, sort_by_parameter_order=True)
@@ -40,6 +40,14 @@ _COUNT = (
     )
 )
 _MESSAGE_COLUMNS = ("id", "session_id", "role", "content", "tool_calls", "tool_call_id", "author", "event_id")
+# Messages kept aside in a session: stored with it and shown in its history (a chat command and its
+# answer on the chat page), but outside its context: not in `SessionState.recent` (so never in a
+# prompt or a summary), not counted in its messages or tokens.
+ASIDE_AUTHOR = f"{GATEWAY_AUTHOR}aside:"
+
+
+def kept_aside(author: str | None) -> bool:
+    return author is not None and author.startswith(ASIDE_AUTHOR)
 
 
 @dataclass(slots=True)
@@ -65,62 +73,6 @@ class Message:
         if self.tool_call_id:
             out["tool_call_id"] = self.tool_call_id
         return out
-
-
-def _redact_leaves(value: Any, secrets: Sequence[str], key: str | None = None) -> Any:
-    """Each string of a decoded JSON value redacted with its key beside it (`"password": "…"` is a
-    secret where the bare value may not look like one), the structure kept."""
-    if isinstance(value, dict):
-        return {k: _redact_leaves(v, secrets, str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_leaves(v, secrets, key) for v in value]
-    if not isinstance(value, str) or not value:
-        return value
-    piece = json.dumps({key: value} if key is not None else value, ensure_ascii=False)
-    try:
-        hidden = json.loads(redact(piece, secrets))
-    except ValueError:
-        return REDACTED
-    return hidden[key] if key is not None and isinstance(hidden, dict) else hidden
-
-
-def redact_arguments(arguments: Any, secrets: Sequence[str]) -> Any:
-    """A tool call's arguments (a JSON text) as they may be stored: redacted, and still the JSON
-    they were, so the next turn's request replays a call the provider accepts."""
-    if not isinstance(arguments, str):
-        return _redact_leaves(arguments, secrets) if isinstance(arguments, dict | list) else arguments
-    hidden = redact(arguments, secrets)
-    if hidden == arguments:
-        return arguments
-    try:
-        decoded = json.loads(arguments)
-    except ValueError:
-        return hidden  # never JSON: it stays text
-    try:
-        json.loads(hidden)
-        return hidden
-    except ValueError:  # a redacted span cut through the JSON's syntax (a key block without its end)
-        return json.dumps(_redact_leaves(decoded, secrets), ensure_ascii=False)
-
-
-def redact_tool_calls(calls: list[dict[str, Any]] | None, secrets: Sequence[str]) -> list[dict[str, Any]] | None:
-    """Tool calls with their arguments redacted; the same list when nothing needed it."""
-    if not calls:
-        return calls
-    out: list[dict[str, Any]] = []
-    changed = False
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or "arguments" not in function:
-            out.append(call)
-            continue
-        arguments = redact_arguments(function["arguments"], secrets)
-        if arguments is function["arguments"] or arguments == function["arguments"]:
-            out.append(call)
-            continue
-        changed = True
-        out.append({**call, "function": {**function, "arguments": arguments}})
-    return out if changed else calls
 
 
 def stored_copy(message: Message, secrets: Sequence[str]) -> Message:
@@ -199,11 +151,12 @@ def _append(
     finish_event: str | None,
     sent: tuple[str, str | None] | None,
     scrub: Callable[[str], str] | None,
+    counted: int,
 ) -> list[int]:
     ids: list[int] = []
     if rows:
         ids = list(conn.execute(_ADD_MESSAGES, rows).scalars())
-        conn.execute(_COUNT, {"b_session_id": session_id, "b_messages": len(rows), "b_tokens": tokens})
+        conn.execute(_COUNT, {"b_session_id": session_id, "b_messages": counted, "b_tokens": tokens})
     if finish_event is not None:
         finish_in(conn, finish_event, "done", sent, scrub=scrub)
     return ids
@@ -231,10 +184,11 @@ def _archive(
     where = [messages.c.session_id == session_id]
     if through_id is not None:
         where.append(messages.c.id <= through_id)
+    aside = messages.c.author.startswith(ASIDE_AUTHOR, autoescape=True)
     stats = conn.execute(
         select(
-            func.count(),
-            func.coalesce(func.sum(messages.c.tokens), 0),
+            func.count(case((aside, None), else_=literal(1))),  # kept-aside messages were never counted
+            func.coalesce(func.sum(case((aside, 0), else_=messages.c.tokens)), 0),
             func.min(messages.c.id),
             func.max(messages.c.id),
         ).where(*where)
@@ -330,6 +284,40 @@ def _history(conn: Connection, key: str, limit: int) -> list[Message]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """An open session under a chat's key (`<chat key>` or `<chat key>:<thread>`), for a list to pick from."""
+
+    key: str
+    title: str  # the first thing a person said in it (a command when that is all), "" when nothing yet
+    updated_at: datetime
+
+
+def _threads(conn: Connection, base: str, limit: int) -> list[Thread]:
+    latest = select(func.max(messages.c.created_at)).where(messages.c.session_id == sessions.c.id).scalar_subquery()
+    found = list(
+        conn.execute(
+            select(sessions.c.id, sessions.c.key, sessions.c.created_at, latest.label("latest")).where(
+                sessions.c.ended_at.is_(None),
+                or_(sessions.c.key == base, sessions.c.key.startswith(base + ":", autoescape=True)),
+            )
+        ).all()
+    )
+    found.sort(key=lambda r: (r.latest or r.created_at, r.id), reverse=True)
+    both = _both("id", "session_id", "role", "content", "author")
+    gateway_said = case((both.c.author.startswith(GATEWAY_AUTHOR, autoescape=True), 1), else_=0)
+    out = []
+    for r in found[:limit]:
+        title = conn.execute(
+            select(both.c.content)
+            .where(both.c.session_id == r.id, both.c.role == "user")
+            .order_by(gateway_said, both.c.id)
+            .limit(1)
+        ).scalar()
+        out.append(Thread(r.key, title or "", r.latest or r.created_at))
+    return out
+
+
 def _newer(conn: Connection, state: SessionState) -> tuple[list[Message], int] | None:
     """What another instance appended to a cached session since: its new messages, oldest first
     ([] when nothing changed), with the session's token count; or None when the session changed
@@ -347,9 +335,10 @@ def _newer(conn: Connection, state: SessionState) -> tuple[list[Message], int] |
     rows = conn.execute(
         select(messages).where(messages.c.session_id == state.id, messages.c.id > (last or 0)).order_by(messages.c.id)
     ).all()
-    if int(row.message_count) != state.message_count + len(rows):
+    fresh = [_message(r) for r in rows if not kept_aside(r.author)]
+    if int(row.message_count) != state.message_count + len(fresh):
         return None  # some went too (pruned without a summary): read it again whole
-    return [_message(r) for r in rows], int(row.token_count)
+    return fresh, int(row.token_count)
 
 
 class SessionStore:
@@ -403,7 +392,7 @@ class SessionStore:
             created_at=row.created_at,
             message_count=row.message_count,
             token_count=row.token_count,
-            recent=deque(_message(r) for r in rows),
+            recent=deque(_message(r) for r in rows if not kept_aside(r.author)),
             summary=row.summary,
             summary_tokens=row.summary_tokens,
             summaries=row.summaries,
@@ -458,13 +447,14 @@ class SessionStore:
             }
             for m in kept
         ]
-        tokens = sum(m.tokens for m in kept)
+        context = [m for m in kept if not kept_aside(m.author)]
+        tokens = sum(m.tokens for m in context)
         scrub = self._journal_scrub(new, kept, finish_event) if finish_event is not None else None
-        ids = await self._db.write(_append, state.id, rows, tokens, finish_event, sent, scrub)
+        ids = await self._db.write(_append, state.id, rows, tokens, finish_event, sent, scrub, len(context))
         for m, k, mid in zip(new, kept, ids, strict=True):
             m.id = k.id = mid
-        state.recent.extend(kept)
-        state.message_count += len(kept)
+        state.recent.extend(context)
+        state.message_count += len(context)
         state.token_count += tokens
 
     def _journal_scrub(self, new: list[Message], kept: list[Message], event_id: str) -> Callable[[str], str] | None:
@@ -575,6 +565,11 @@ class SessionStore:
     async def history(self, key: str, limit: int = 200) -> list[Message]:
         """Messages of the active session for `key`, oldest first (for the chat page and REST)."""
         return await self._db.read(_history, key, limit)
+
+    async def threads(self, base: str, limit: int = 50) -> list[Thread]:
+        """The open sessions of the chat whose session key is `base` (its threads too), most
+        recently written first: the chat page's list of a person's conversations."""
+        return await self._db.read(_threads, base, limit)
 
 
 def _set_audience(conn: Connection, session_id: int, audience: str) -> None:

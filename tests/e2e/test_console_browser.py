@@ -1,4 +1,4 @@
-"""The web console in a real browser (README, "Web console"): headless Debian Chromium, driven by Playwright, against
+"""The web console in a real browser (docs/console.md): headless Debian Chromium, driven by Playwright, against
 a running gateway and the fake model.
 
 One browser for the module, one test in clear steps (each person has their own browser context):
@@ -20,6 +20,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,7 +30,14 @@ from gateway.app import Gateway
 from gateway.recall.prompt import FOLLOW, WEIGH
 from memory.records.model import MemoryClass, Provenance, ReviewStatus
 from tests.conftest import ALICE_TOKEN, BOB_TOKEN, ROOT_TOKEN, auth
-from tests.e2e.test_chat_browser import CHROMIUM_MISSING, REPO_ROOT, WAIT_MS, _chromium_missing, _launch_chromium
+from tests.e2e.test_chat_browser import (
+    CHROMIUM_MISSING,
+    REPO_ROOT,
+    WAIT_MS,
+    _chromium_missing,
+    _launch_chromium,
+    readme_screenshot,
+)
 from tests.fakes.llm import FakeLLM
 from tests.memories import make_memory
 from tests.prompts import memory_of
@@ -138,7 +146,7 @@ async def ask(http: aiohttp.ClientSession, gw: Gateway, fake: FakeLLM) -> str:
 
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(_chromium_missing() and not os.environ.get("CI"), reason=CHROMIUM_MISSING)
-async def test_console_in_a_browser(gateway: Gateway, fake_llm: FakeLLM) -> None:
+async def test_console_in_a_browser(gateway: Gateway, fake_llm: FakeLLM, tmp_path: Path) -> None:
     if _chromium_missing():  # only reached under CI: there a missing browser is a failure, not a skip
         pytest.fail(CHROMIUM_MISSING, pytrace=False)
     storage = gateway.storage
@@ -205,6 +213,9 @@ async def test_console_in_a_browser(gateway: Gateway, fake_llm: FakeLLM) -> None
             await page.goto(gateway.url + "/console/memory?q=staging+server&status=any")
             await expect(page.get_by_role("link", name=GLOBAL_FACT)).to_be_visible()
             await shot(admin, "memory")
+            await page.set_viewport_size({"width": 1280, "height": 800})  # the README's picture
+            await readme_screenshot(page, "console", tmp_path)
+            await page.set_viewport_size({"width": 1100, "height": 800})
             await page.goto(gateway.url + "/console/users")
             await expect(page.get_by_role("cell", name="telegram:4242")).to_be_visible()
             await shot(admin, "users")

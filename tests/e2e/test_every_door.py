@@ -91,6 +91,8 @@ async def test_only_a_loopback_name_makes_a_visitor_local(tmp_path: Path, fake_l
                     "conversation": None,
                     "history": [],
                     "max_upload_bytes": 0,
+                    "running": False,
+                    "conversations": [],
                 }
         # A proxy on this machine forwards people at the public name: a loopback peer, not a local visitor.
         public = {"Host": "chat.example.com"}

@@ -77,6 +77,7 @@ async def test_an_account_an_admin_approved_may_vouch_for_another(world: World) 
     pairing = re.search(r"pairing code is ([A-Z0-9]{6})", await dm(tg, "hi", STRANGER))
     assert pairing
     assert "Approved" in await dm(tg, f"/pair approve {pairing.group(1)}", ADMIN)
+    await until(lambda: "You're approved: you can talk to me now." in texts_to(tg, STRANGER))  # the notice
     code = await code_of(tg, STRANGER)
     assert (await dm(tg, f"/link {code}", NEW)).startswith("Linked:")
     owner = await storage(gw).identities.resolve(f"telegram:{NEW}")

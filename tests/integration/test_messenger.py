@@ -147,7 +147,11 @@ async def test_pairing_gives_an_unknown_person_a_code(tmp_path: Path) -> None:
         await fb.deliver(hook(gw), fb.text(f"/pair approve {code.group(1)}", psid=ADMIN_PSID))
         assert "Approved messenger:" in (await said(fb, ADMIN_PSID))[0]
         await fb.deliver(hook(gw), fb.text("hello again", psid=STRANGER))
-        assert (await said(fb, STRANGER, 2))[1] == "echo: hello again"
+        # Told they were approved (gateway/pairing_notice.py), and answered.
+        assert sorted((await said(fb, STRANGER, 3))[1:]) == [
+            "You're approved: you can talk to me now.",
+            "echo: hello again",
+        ]
 
 
 async def test_a_long_answer_is_split_under_two_thousand_characters(tmp_path: Path) -> None:

@@ -16,9 +16,10 @@ from sqlalchemy.engine import Connection
 
 from memory.store.db import Database
 from memory.store.schema import inbound_events, messages, sessions
-from memory.store.sessions import Message, redact_arguments, stored_copy
+from memory.store.sessions import Message, stored_copy
 from memory.store.storage import Storage
 from memory.trust.redact import REDACTED
+from memory.trust.redact.tool_calls import redact_arguments
 from tests.postgres import BACKENDS, database_url
 
 SK = "sk-proj-" + "A1b2C3d4" * 6

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.core.events import ConversationKind, MessageReceived
+from gateway.core.logs import event
 from gateway.turn import replies
 from gateway.turn.commands import memory as memory_commands
 from gateway.turn.commands.context import CommandContext
 from gateway.turn.commands.reminders import remind, reminders_command, timezone
-from gateway.turn.engine import model_chain
+from gateway.turn.engine import COMMAND_ANSWER_AUTHOR, COMMAND_AUTHOR, model_chain
 from memory.store.links import LinkError
+from memory.store.sessions import Message
 from memory.trust.policy import archive_scope
+
+log = logging.getLogger("clawgate.router")
 
 Handler = Callable[[CommandContext, str], Awaitable[str]]
 Allowed = Callable[[CommandContext], bool]
@@ -245,6 +250,28 @@ async def answer(
             return private_hint(name, slash_command=private_commands), to
         to = private
     return await dispatch(ctx, name, args), to
+
+
+# Commands that start the conversation afresh: their exchange is not kept in the new one.
+AFRESH = frozenset({"new", "reset"})
+
+
+async def keep(ctx: CommandContext, name: str, reply: str, to: replies.Target) -> None:
+    """A command and its answer go into the direct conversation's session, so a page showing its
+    history (Capabilities.shows_history) shows them again. They are kept aside
+    (memory/store/sessions.py): never in a prompt or a summary, not counted in the session's
+    budget; and not the event's recorded reply (an HTTP retry of a command is still refused as
+    already processed). Failing to keep them is logged: the answer was given, a history without
+    it is the lesser loss."""
+    if ctx.event.ref.kind != ConversationKind.DM or to.private_to is not None or name in AFRESH:
+        return
+    try:
+        state = await ctx.storage.sessions.active(ctx.session_key, ctx.agent.name, ctx.user.id, ctx.audience)
+        said = Message("user", ctx.event.text, author=COMMAND_AUTHOR, tokens=0)
+        answer = Message("assistant", reply, author=COMMAND_ANSWER_AUTHOR, tokens=0)
+        await ctx.storage.sessions.append(state, [said, answer])
+    except Exception as exc:
+        event(log, "command_not_kept", logging.WARNING, session=ctx.session_key, error=type(exc).__name__)
 
 
 async def dispatch(ctx: CommandContext, name: str, args: str) -> str:

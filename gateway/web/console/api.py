@@ -1,4 +1,4 @@
-"""The console's JSON API under /api/v1 (README, "The console's JSON API"), described by openapi.yaml and served as
+"""The console's JSON API under /api/v1 (docs/api.md, "The console's JSON API"), described by openapi.yaml and served as
 /api/v1/openapi.json. Every answer is JSON; every error is `{"error": "..."}` with its status."""
 
 from __future__ import annotations

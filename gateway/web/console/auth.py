@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from aiohttp import web
 
+from gateway.core.http_input import is_local_request
 from gateway.core.logs import event
 from gateway.web.auth import TokenAuth
+from gateway.web.console.once import LINK_SESSION, OnceLink, Outcome
 from gateway.web.console.service import Viewer
 from memory.store.console_sessions import ConsoleSessionStore
 from memory.store.identities import IdentityStore
@@ -41,12 +43,18 @@ class ConsoleAuth:
         sessions: ConsoleSessionStore,
         identities: IdentityStore,
         public_urls: Collection[str] = (),
+        once: OnceLink | None = None,
+        link_user: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.tokens = tokens
         self.sessions = sessions
         self.identities = identities
         # The web channels' public_url: the origins browsers see behind a TLS proxy.
         self.public_urls = frozenset(public_urls)
+        # The one-time sign-in link (once.py) and who it signs in under the config in force (None:
+        # some user has a token, and sessions a link opened end).
+        self.once = once
+        self.link_user = link_user
 
     def same_origin(self, request: web.Request) -> bool:
         """True unless the browser says the request comes from another origin than this server,
@@ -81,7 +89,7 @@ class ConsoleAuth:
             return await self._viewer(found[0], None)
         session_id = request.cookies.get(COOKIE, "")
         session = await self.sessions.get(session_id) if session_id else None
-        if session is None or not self.tokens.holds(session.user_id, session.token_digest):
+        if session is None or not self._holds(session.user_id, session.token_digest):
             raise Unauthenticated("sign in first")
         if request.method in UNSAFE:
             sent = request.headers.get("X-CSRF-Token") or (form or {}).get("csrf", "")
@@ -104,6 +112,28 @@ class ConsoleAuth:
         session_id, session = await self.sessions.create(*found)
         event(log, "console_signed_in", user=found[0])
         return session_id, await self._viewer(found[0], session.csrf)
+
+    def _holds(self, user_id: str, token_digest: str) -> bool:
+        """Is a session still good: its token is still its user's, or a link opened it and links
+        still sign in that user."""
+        if token_digest == LINK_SESSION:
+            return self.link_user() == user_id
+        return self.tokens.holds(user_id, token_digest)
+
+    async def sign_in_once(self, request: web.Request, code: str) -> tuple[str, Viewer] | Outcome | None:
+        """A new session for the one-time link's `code`: (cookie value, viewer); the Outcome that
+        refused it; None when links sign nobody in here (a user has a token, or the request is not
+        from this machine)."""
+        user_id = self.link_user()
+        if self.once is None or user_id is None or not is_local_request(request):
+            return None
+        outcome = self.once.take(code)
+        if outcome != Outcome.OK:
+            event(log, "console_signin_link_refused", logging.WARNING, outcome=outcome.value)
+            return outcome
+        session_id, session = await self.sessions.create(user_id, LINK_SESSION)
+        event(log, "console_signed_in", user=user_id, via="one_time_link")
+        return session_id, await self._viewer(user_id, session.csrf)
 
     async def sign_out(self, request: web.Request) -> None:
         session_id = request.cookies.get(COOKIE, "")

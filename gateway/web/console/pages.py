@@ -1,4 +1,4 @@
-"""The console's pages under /console (README, "Web console"): plain server-rendered HTML (Jinja2, autoescaped)
+"""The console's pages under /console (docs/console.md): plain server-rendered HTML (Jinja2, autoescaped)
 over the same ConsoleService as the JSON API, with forms that work without JavaScript.
 
 Every action is a POST form carrying the session's CSRF token; it answers with a 303 back to the
@@ -20,6 +20,7 @@ from gateway.core.http_input import BodyTooLarge, read_body
 from gateway.core.ports import Throttled, retry_after
 from gateway.web.console.api import MAX_BODY_BYTES, int_param, memory_query, path_int
 from gateway.web.console.auth import ConsoleAuth, CsrfRejected, Unauthenticated, clear_cookie
+from gateway.web.console.once import NEW_LINK, REFUSALS, SIGNIN_PATH
 from gateway.web.console.service import (
     ACTION_ARGUMENT,
     Conflict,
@@ -199,6 +200,7 @@ class ConsolePages:
         r.add_get("/console/login", self.login_form)
         r.add_post("/console/login", self.login)
         r.add_post("/console/logout", self._page(self.logout))
+        r.add_get(SIGNIN_PATH, self.sign_in_once)
         static = r.add_static("/console/static", _static_dir(), append_version=True)
         # Versioned URLs, so a browser never runs an old script against a new page.
         _templates.globals["static"] = {name: str(static.url_for(filename=name)) for name in STATIC_FILES}
@@ -275,6 +277,21 @@ class ConsolePages:
         session_id, _viewer = signed
         response = web.HTTPSeeOther(next_path)
         self.auth.set_cookie(response, request, session_id)
+        raise response
+
+    async def sign_in_once(self, request: web.Request) -> web.StreamResponse:
+        """The one-time link printed at start (once.py): a session, then the overview."""
+        signed = await self.auth.sign_in_once(request, request.query.get("code", ""))
+        if signed is None:
+            message = "Sign-in links work only on this machine, while no user has a token: sign in with a token."
+            return render("error.html", 403, viewer=None, title="Not allowed", message=message, back="/console/login")
+        if not isinstance(signed, tuple):
+            message = f"{REFUSALS[signed]} {NEW_LINK}"
+            return render(
+                "error.html", 410, viewer=None, title="Link not valid", message=message, back="/console/login"
+            )
+        response = web.HTTPSeeOther("/console")
+        self.auth.set_cookie(response, request, signed[0])
         raise response
 
     async def logout(self, request: web.Request, _viewer: Viewer, _form: Mapping[str, str]) -> web.StreamResponse:

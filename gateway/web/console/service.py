@@ -1,4 +1,4 @@
-"""What the web console shows and does (README, "Web console"), role-aware, for both the JSON API and the pages.
+"""What the web console shows and does (docs/console.md), role-aware, for both the JSON API and the pages.
 
 Everything goes through the same rules as chat commands: reading and reviewing records is
 MemoryService and memory.trust.policy, so the console cannot show or change more than `/memory` could.
