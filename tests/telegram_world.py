@@ -39,7 +39,7 @@ async def telegram_world(
                     "token": tg.token,
                     "api_base_url": tg.api_base_url,
                     "poll_timeout": 1,
-                    "request_timeout": 2,
+                    "request_timeout": 5,  # a busy CI machine can take seconds to answer a fake
                     **(telegram or {}),
                 },
             },

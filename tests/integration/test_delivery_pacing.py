@@ -39,7 +39,8 @@ class World:
     gw: Gateway | None = None
 
     def config(self) -> Any:
-        common = {"request_timeout": 2, "dm_policy": "open", "ack_reaction": True}
+        # 5 s: on a busy CI machine a fake's answer (bolt's auth.test) took over 2 s.
+        common = {"request_timeout": 5, "dm_policy": "open", "ack_reaction": True}
         return parse_config(
             {
                 "ai": {
