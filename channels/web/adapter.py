@@ -152,10 +152,12 @@ class WebAdapter:
 
     async def _deliver(self, ref: MessageRef, text: str, final: bool, event_id: str | None) -> None:
         # The page shows `html`, never `text`, as HTML: it is rendered and cleaned here (render.py).
+        # A REST call or a page that went away has no socket here: nothing to render for.
         frame = {"type": "reply", "id": ref.message_id, "text": text, "final": final, "event": event_id}
-        if final or len(text) <= _LIVE_HTML:
+        key = ref.conversation.session_key
+        if self._sockets.watched(key) and (final or len(text) <= _LIVE_HTML):
             frame["html"] = await rendered(text)
-        await self._sockets.push(ref.conversation.session_key, frame)
+        await self._sockets.push(key, frame)
         if final:
             self._ref_event.pop(ref.message_id, None)
             pending = self._pending.get(event_id or "")

@@ -25,6 +25,10 @@ class Sockets:
             if not group:
                 del self.by_conv[key]
 
+    def watched(self, key: str) -> bool:
+        """Whether any page has conversation `key` open."""
+        return bool(self.by_conv.get(key))
+
     async def push(self, key: str, frame: dict[str, Any]) -> int:
         sent = 0
         for ws in list(self.by_conv.get(key, ())):
