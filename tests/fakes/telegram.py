@@ -383,6 +383,10 @@ class FakeTelegram:
             async with self._changed:
                 await self._changed.wait_for(lambda: predicate(self.calls))
 
+    def texts_to(self, chat_id: int) -> list[str]:
+        """The messages sent to `chat_id` (edits left out), oldest first."""
+        return [s.text for s in self.sent if s.chat_id == chat_id and not s.edit]
+
     def calls_of(self, method: str) -> list[Call]:
         return [c for c in self.calls if c.method == method]
 

@@ -28,26 +28,22 @@ async def tg_world(
         yield world
 
 
-def texts_to(tg: FakeTelegram, chat_id: int) -> list[str]:
-    return [s.text for s in tg.sent if s.chat_id == chat_id and not s.edit]
-
-
 async def test_pairing_keeps_strangers_out_until_an_admin_approves(
     tg_world: tuple[Gateway, FakeTelegram, FakeLLM],
 ) -> None:
     _gw, tg, llm = tg_world
     await tg.dm("hello, who are you?", sender=STRANGER)
-    await until(lambda: bool(texts_to(tg, STRANGER)))
-    code = re.search(r"pairing code is ([A-Z0-9]{6})", texts_to(tg, STRANGER)[0])
-    assert code, texts_to(tg, STRANGER)
+    await until(lambda: bool(tg.texts_to(STRANGER)))
+    code = re.search(r"pairing code is ([A-Z0-9]{6})", tg.texts_to(STRANGER)[0])
+    assert code, tg.texts_to(STRANGER)
     assert llm.requests == []  # nothing reaches the model before approval
 
     await tg.dm("/pair", sender=ADMIN)
-    await until(lambda: bool(texts_to(tg, ADMIN)))
-    assert code.group(1) in texts_to(tg, ADMIN)[0]
+    await until(lambda: bool(tg.texts_to(ADMIN)))
+    assert code.group(1) in tg.texts_to(ADMIN)[0]
     await tg.dm(f"/pair approve {code.group(1)}", sender=ADMIN)
-    await until(lambda: len(texts_to(tg, ADMIN)) == 2)
-    assert f"Approved telegram:{STRANGER}" in texts_to(tg, ADMIN)[1]
+    await until(lambda: len(tg.texts_to(ADMIN)) == 2)
+    assert f"Approved telegram:{STRANGER}" in tg.texts_to(ADMIN)[1]
 
     await tg.dm("hello again", sender=STRANGER)
     await until(lambda: any(s.text == "echo: hello again" for s in tg.sent))
@@ -57,8 +53,8 @@ async def test_pairing_keeps_strangers_out_until_an_admin_approves(
 async def test_strangers_cannot_approve_themselves(tg_world: tuple[Gateway, FakeTelegram, FakeLLM]) -> None:
     gw, tg, _llm = tg_world
     await tg.dm("/pair approve ABCDEF", sender=STRANGER)
-    await until(lambda: bool(texts_to(tg, STRANGER)))
-    assert "pairing code" in texts_to(tg, STRANGER)[0]  # unpaired: even commands wait for approval
+    await until(lambda: bool(tg.texts_to(STRANGER)))
+    assert "pairing code" in tg.texts_to(STRANGER)[0]  # unpaired: even commands wait for approval
     assert gw.storage is not None and not await gw.storage.pairing.is_approved(f"telegram:{STRANGER}")
 
 
@@ -70,16 +66,16 @@ async def test_groups_need_a_mention_and_admins_for_reset(tg_world: tuple[Gatewa
     await until(lambda: any(s.text == "echo: what do you think?" for s in tg.sent))
     assert len(llm.requests) == 1  # the unmentioned message was ignored
     await tg.group("/new", sender=STRANGER)
-    await until(lambda: any("not allowed" in t for t in texts_to(tg, group)))
+    await until(lambda: any("not allowed" in t for t in tg.texts_to(group)))
     await tg.group("/new", sender=ADMIN)
-    await until(lambda: any("Started a new conversation" in t for t in texts_to(tg, group)))
+    await until(lambda: any("Started a new conversation" in t for t in tg.texts_to(group)))
 
 
 async def test_oversized_messages_are_refused_with_a_reason(tg_world: tuple[Gateway, FakeTelegram, FakeLLM]) -> None:
     _gw, tg, llm = tg_world
     await tg.dm("x" * 501, sender=ADMIN)
-    await until(lambda: bool(texts_to(tg, ADMIN)))
-    assert "too long" in texts_to(tg, ADMIN)[0] and "500" in texts_to(tg, ADMIN)[0]
+    await until(lambda: bool(tg.texts_to(ADMIN)))
+    assert "too long" in tg.texts_to(ADMIN)[0] and "500" in tg.texts_to(ADMIN)[0]
     assert llm.requests == []
 
 
@@ -92,7 +88,7 @@ async def test_a_full_session_queue_is_answered_not_dropped(
     await tg.dm("first", sender=ADMIN)
     await llm.wait_requests(1)
     await tg.dm("second, too soon", sender=ADMIN)
-    await until(lambda: any("still working" in t for t in texts_to(tg, ADMIN)))
+    await until(lambda: any("still working" in t for t in tg.texts_to(ADMIN)))
     llm.release()
     await until(lambda: any(s.text == "slow answer" for s in tg.sent))
     assert len(llm.requests) == 1  # the refused message never reached the model

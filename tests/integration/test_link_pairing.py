@@ -36,16 +36,12 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield w
 
 
-def texts_to(tg: FakeTelegram, chat_id: int) -> list[str]:
-    return [s.text for s in tg.sent if s.chat_id == chat_id and not s.edit]
-
-
 async def dm(tg: FakeTelegram, text: str, sender: int) -> str:
     """Send a DM and return the answer to it."""
-    n = len(texts_to(tg, sender))
+    n = len(tg.texts_to(sender))
     await tg.dm(text, sender=sender)
-    await until(lambda: len(texts_to(tg, sender)) > n)
-    return texts_to(tg, sender)[n]
+    await until(lambda: len(tg.texts_to(sender)) > n)
+    return tg.texts_to(sender)[n]
 
 
 async def code_of(tg: FakeTelegram, sender: int) -> str:
@@ -77,7 +73,7 @@ async def test_an_account_an_admin_approved_may_vouch_for_another(world: World) 
     pairing = re.search(r"pairing code is ([A-Z0-9]{6})", await dm(tg, "hi", STRANGER))
     assert pairing
     assert "Approved" in await dm(tg, f"/pair approve {pairing.group(1)}", ADMIN)
-    await until(lambda: "You're approved: you can talk to me now." in texts_to(tg, STRANGER))  # the notice
+    await until(lambda: "You're approved: you can talk to me now." in tg.texts_to(STRANGER))  # the notice
     code = await code_of(tg, STRANGER)
     assert (await dm(tg, f"/link {code}", NEW)).startswith("Linked:")
     owner = await storage(gw).identities.resolve(f"telegram:{NEW}")

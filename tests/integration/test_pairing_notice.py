@@ -38,14 +38,10 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         yield w
 
 
-def texts_to(tg: FakeTelegram, chat_id: int) -> list[str]:
-    return [s.text for s in tg.sent if s.chat_id == chat_id and not s.edit]
-
-
 async def pairing_code(tg: FakeTelegram, sender: int) -> str:
     await tg.dm("hello?", sender=sender)
-    await until(lambda: any("pairing code" in t for t in texts_to(tg, sender)))
-    found = re.search(r"pairing code is ([A-Z0-9]{6})", texts_to(tg, sender)[-1])
+    await until(lambda: any("pairing code" in t for t in tg.texts_to(sender)))
+    found = re.search(r"pairing code is ([A-Z0-9]{6})", tg.texts_to(sender)[-1])
     assert found
     return found.group(1)
 
@@ -60,11 +56,11 @@ async def test_approved_in_the_console_the_person_is_told_once(world: World) -> 
     code = await pairing_code(tg, STRANGER)
     assert gw.console is not None
     await gw.console.approve_pairing(Viewer("root", frozenset({"admin"}), None), code)
-    await until(lambda: APPROVED_TEXT in texts_to(tg, STRANGER))  # at once, not at the next sweep
+    await until(lambda: APPROVED_TEXT in tg.texts_to(STRANGER))  # at once, not at the next sweep
     assert await notices(gw).sweep() == 0
-    assert texts_to(tg, STRANGER).count(APPROVED_TEXT) == 1
+    assert tg.texts_to(STRANGER).count(APPROVED_TEXT) == 1
     await tg.dm("thanks!", sender=STRANGER)  # and they may talk now
-    await until(lambda: "echo: thanks!" in texts_to(tg, STRANGER))
+    await until(lambda: "echo: thanks!" in tg.texts_to(STRANGER))
 
 
 async def test_approved_from_another_process_the_sweep_tells_them_once(world: World) -> None:
@@ -76,20 +72,20 @@ async def test_approved_from_another_process_the_sweep_tells_them_once(world: Wo
         assert await cli.pairing.approve(code, "cli") is not None
     finally:
         await cli.close()
-    assert texts_to(tg, STRANGER).count(APPROVED_TEXT) == 0
+    assert tg.texts_to(STRANGER).count(APPROVED_TEXT) == 0
     # Two sweeps at once (two instances on one database): one claim wins, one message is sent.
     sent = await asyncio.gather(notices(gw).sweep(), notices(gw).sweep())
     assert sorted(sent) == [0, 1]
-    await until(lambda: APPROVED_TEXT in texts_to(tg, STRANGER))
+    await until(lambda: APPROVED_TEXT in tg.texts_to(STRANGER))
     assert await notices(gw).sweep() == 0
-    assert texts_to(tg, STRANGER).count(APPROVED_TEXT) == 1
+    assert tg.texts_to(STRANGER).count(APPROVED_TEXT) == 1
 
 
 async def test_only_approved_people_are_told(world: World) -> None:
     gw, tg, _llm = world
     await pairing_code(tg, OTHER)  # asks, nobody approves
     assert await notices(gw).sweep() == 0
-    assert APPROVED_TEXT not in texts_to(tg, OTHER)
+    assert APPROVED_TEXT not in tg.texts_to(OTHER)
 
 
 def _to(revision: str) -> Callable[[Connection], None]:
@@ -141,11 +137,11 @@ async def test_a_send_that_certainly_failed_is_tried_again_and_a_refused_one_is_
     assert await gw.storage.pairing.approve(code, "root") is not None
     assert await notices(gw).sweep() == 0  # the platform failed: given back
     assert await notices(gw).sweep() == 1
-    assert texts_to(tg, STRANGER).count(APPROVED_TEXT) == 1
+    assert tg.texts_to(STRANGER).count(APPROVED_TEXT) == 1
 
     other = await pairing_code(tg, OTHER)
     tg.fail_next("sendMessage", Fail(403, "Forbidden: bot was blocked by the user"))
     assert await gw.storage.pairing.approve(other, "root") is not None
     assert await notices(gw).sweep() == 0
     assert await notices(gw).sweep() == 0  # refused for good: not asked again every half minute
-    assert APPROVED_TEXT not in texts_to(tg, OTHER)
+    assert APPROVED_TEXT not in tg.texts_to(OTHER)
