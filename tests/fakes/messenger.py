@@ -179,7 +179,7 @@ class FakeMessenger:
             "verify_token": self.verify_token,
             "api_base_url": self.url,
             "graph_version": self.graph_version,
-            "request_timeout": 2,
+            "request_timeout": 5,  # a busy CI machine can take seconds to answer; timeout tests set 1
             **more,
         }
 
