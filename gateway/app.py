@@ -206,7 +206,10 @@ class Gateway:
         add_ops_routes(app, ready=self._readiness, metrics=self.metrics.render, metrics_access=metrics_access(web_cfgs))
         self.write_check = WriteCheck(storage.db, self.config.storage.data_dir, self._instance_name())
 
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # By the time stop() closes the server its turns have drained (router.drain): what is left is
+        # an idle connection, or one aiohttp keeps reading after an answer that left its body unread
+        # (a 413) for up to 10 s. Two seconds for those, not aiohttp's 60.
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await self._runner.setup()
         for name, ch_cfg in web_cfgs.items():
             site = web.TCPSite(self._runner, ch_cfg.host, ch_cfg.port, reuse_address=True)
