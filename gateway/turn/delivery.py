@@ -63,20 +63,28 @@ class _Pace:
     def delay(self) -> float:
         return self.pacer.delay(self.scope, self.rates)
 
-    async def wait(self, *, budget: bool) -> None:
-        waited = await self.pacer.wait(self.scope, self.rates, budget=budget)
+    async def wait(self) -> None:
+        """Until no hold is on the budgets (a send: it spends without waiting for a token)."""
+        self._paced(await self.pacer.wait(self.scope, self.rates))
+
+    async def take(self) -> None:
+        """An edit's turn in the budgets, its token spent (Pacer.take)."""
+        self._paced(await self.pacer.take(self.scope, self.rates))
+
+    def _paced(self, waited: float) -> None:
         if waited:
             event(log, "delivery_paced", logging.DEBUG, channel=self.scope, waited_s=round(waited, 3))
 
     def spend(self, *, send: bool) -> None:
         self.pacer.spend(self.scope, self.rates, send=send)
 
-    def refused(self, exc: DeliveryError, *, send: bool) -> None:
-        """After a failed call: hold for the platform's retry_after, else count the attempt as spent."""
+    def refused(self, exc: DeliveryError, *, send: bool, spent: bool = False) -> None:
+        """After a failed call: hold for the platform's retry_after, else count the attempt as spent
+        (unless `spent`: taken before the call)."""
         if exc.retry_after is not None:
             self.pacer.hold(self.scope, self.rates, exc.retry_after)
             event(log, "delivery_rate_limited", logging.WARNING, channel=self.scope, retry_after=exc.retry_after)
-        else:
+        elif not spent:
             self.spend(send=send)
 
 
@@ -105,6 +113,7 @@ class Delivery:
         stream: AsyncIterator[TextDelta | Restart | TurnResult],
         *,
         reply_to: MessageRef | None = None,  # what the reply's first message quotes (gateway/turn/replies.py)
+        live: bool = True,  # False: the caller wants the final text only (a REST call), no message to edit
     ) -> Delivered:
         key = reply_key(event_id)
         caps = adapter.capabilities
@@ -119,7 +128,7 @@ class Delivery:
             ref = MessageRef(conv, earlier[1])
             earlier = None
             event(log, "delivery_resumed_stream", channel=adapter.name, event_id=event_id)
-        can_stream = caps.can_edit and earlier is None
+        can_stream = live and caps.can_edit and earlier is None
         shown: str | None = None  # the streamed message as rendered, once we know what it shows
         buf: list[str] = []
         result: TurnResult | None = None
@@ -271,13 +280,12 @@ class Delivery:
         # Edits are idempotent, so unlike sends they may be retried even when one may have landed.
         # A final edit waits for the budget rather than being dropped: it is the reply.
         for attempt in range(self._send_retries + 1):
-            await pace.wait(budget=True)
+            await pace.take()
             try:
                 await adapter.edit(ref, text, final)
-                pace.spend(send=False)
                 return
             except DeliveryError as exc:
-                pace.refused(exc, send=False)
+                pace.refused(exc, send=False, spent=True)
                 if not exc.retryable or attempt == self._send_retries:
                     event(log, "delivery_failed", logging.ERROR, channel=adapter.name, op="edit", error=str(exc))
                     raise
@@ -287,7 +295,7 @@ class Delivery:
     async def _send(self, adapter: Adapter, pace: _Pace, msg: OutboundMessage) -> MessageRef:
         for attempt in range(self._send_retries + 1):
             # A send waits out a hold but not the edit budget: chunks of a reply go out together.
-            await pace.wait(budget=False)
+            await pace.wait()
             try:
                 ref = await adapter.send(msg)
                 pace.spend(send=True)

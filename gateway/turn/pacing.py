@@ -73,13 +73,32 @@ class Pacer:
                 wait = max(wait, wait_for_token(tokens_at(found[0] if found else None, rate, now), rate))
         return wait if wait > EPSILON else 0.0
 
-    async def wait(self, scope: str, rates: tuple[Rate, ...], *, budget: bool = True) -> float:
-        """Wait until `delay` is zero (another conversation may spend the token meanwhile: look again)."""
+    async def wait(self, scope: str, rates: tuple[Rate, ...]) -> float:
+        """Wait until no hold is on these budgets (a send: it does not wait for a token)."""
         waited = 0.0
-        while (wait := self.delay(scope, rates, budget=budget)) > 0:
+        while (wait := self.delay(scope, rates, budget=False)) > 0:
             await self.sleep(wait)
             waited += wait
         return waited
+
+    async def take(self, scope: str, rates: tuple[Rate, ...]) -> float:
+        """Wait for a call that must keep to the budgets (a final edit), and spend its token. The
+        token is taken when the wait begins, leaving a debt that the wait pays off, so callers go in
+        the order they came: sends, which spend without waiting, push later callers back but never
+        one already waiting. (Waiting for a whole token first starved such an edit for as long as
+        other conversations sharing the budget kept sending.)"""
+        waited = await self.wait(scope, rates)
+        now = self.clock()
+        wait = 0.0
+        for rate in rates:
+            found = self._buckets.get((scope, rate.key))
+            tokens = tokens_at(found[0] if found else None, rate, now)
+            wait = max(wait, wait_for_token(tokens, rate))
+        self.spend(scope, rates, send=False)
+        if wait > EPSILON:
+            await self.sleep(wait)
+            waited += wait
+        return waited + await self.wait(scope, rates)  # a hold that came meanwhile
 
     def spend(self, scope: str, rates: Iterable[Rate], *, send: bool) -> None:
         now = self.clock()

@@ -3,6 +3,7 @@ over a recording adapter and a virtual clock (no real waiting)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 from collections.abc import AsyncIterator
@@ -118,14 +119,38 @@ def test_a_hold_covers_every_call_and_only_holding_budgets() -> None:
     assert pacer.delay("a", (chat,)) == pytest.approx(2.0)
 
 
-async def test_wait_sleeps_until_the_budget_allows() -> None:
+async def test_take_sleeps_until_the_budget_allows_and_wait_only_for_holds() -> None:
     clock = VirtualClock()
     pacer = Pacer(clock, clock.sleep)
     rates = (Rate("chat", 1 / 3),)
     pacer.spend("a", rates, send=False)
+    assert await pacer.wait("a", rates) == 0  # a send waits for holds, not for a token
     start = clock.now
-    assert await pacer.wait("a", rates) == pytest.approx(3.0)
+    assert await pacer.take("a", rates) == pytest.approx(3.0)
     assert clock.now - start == pytest.approx(3.0)
+    assert pacer.delay("a", rates) == pytest.approx(3.0)  # its token is spent
+
+
+async def test_a_waiting_edit_keeps_its_place_while_others_keep_sending() -> None:
+    """Sends spend a shared budget without waiting; an edit waiting for a token is served in the
+    order it came, not after the sends stop (it used to wait as long as they went on)."""
+    clock = VirtualClock()
+    pacer = Pacer(clock, clock.sleep)
+    rates = (Rate("chat:shared", 20.0),)
+    for _ in range(5):  # the full bucket's token, then a quarter of a second's worth of debt
+        pacer.spend("web", rates, send=True)
+
+    async def others_keep_sending() -> None:
+        for _ in range(2_000):  # 100 sends a second for 20 s, five times the budget
+            pacer.spend("web", rates, send=True)
+            await clock.sleep(0.01)
+
+    sending = asyncio.create_task(others_keep_sending())
+    start = clock.now
+    await pacer.take("web", rates)
+    assert 0.25 <= clock.now - start < 0.3  # the debt it found (and a step of the sender), not 20 s
+    assert not sending.done()
+    sending.cancel()
 
 
 def test_idle_budgets_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
