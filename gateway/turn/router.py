@@ -471,6 +471,7 @@ class Router:
                     ev.event_id,
                     self.stops.watch(ev.event_id, self.engine.run(agent, turn.prompt, turn.ctx, streamed)),
                     reply_to=to.reply_to,
+                    live=streamed,
                 )
             result = delivered.result
             sent = delivered.sent

@@ -79,6 +79,15 @@ async def test_streams_by_editing_one_message(delivery: Delivery) -> None:
     assert {op[1] for op in ad.ops} == {"1"}
 
 
+async def test_a_caller_that_wants_no_stream_gets_one_final_message(delivery: Delivery) -> None:
+    """A REST call waits for the final text: no message sent to be edited later (two calls where one
+    does, and an edit that had to wait for the chat's budget)."""
+    ad = RecordingAdapter(Capabilities(can_edit=True, max_length=1000, min_edit_interval=0))
+    out = await delivery.stream(ad, CONV, "e1", turn("Hel", "lo ", "world"), live=False)
+    assert ad.ops == [("send", "1", "Hello world")]
+    assert out.sent == ("e1:reply", "1")
+
+
 async def test_edit_rate_is_throttled(delivery: Delivery) -> None:
     ad = RecordingAdapter(Capabilities(can_edit=True, max_length=1000, min_edit_interval=3600))
     await delivery.stream(ad, CONV, "e1", turn("a", "b", "c", "d"))
