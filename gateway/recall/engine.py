@@ -163,6 +163,10 @@ class TurnRecall:
         self._project_groups: set[str] = set()
         self._groups_checked = utcnow()
         self._wake = asyncio.Event()
+        # The kinds of item written since the upkeep last looked (wake): only those are scanned. A
+        # turn archives messages, and scanning the records and the notes after each cost more than
+        # embedding what was new.
+        self._dirty: set[str] = set(KINDS)
         self._loaded = asyncio.Event()  # the index is loaded, or loading failed
         self._sweeping = asyncio.Lock()
         self._cursor: dict[str, str | None] = {}  # per kind: the last item embedded in this pass
@@ -195,8 +199,10 @@ class TurnRecall:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def wake(self) -> None:
-        """Something searchable was written: embed it soon."""
+    def wake(self, *kinds: str) -> None:
+        """Something searchable was written (items of `kinds`; of any kind when none is named):
+        embed it soon."""
+        self._dirty.update(kinds or KINDS)
         self._wake.set()
 
     async def loaded(self) -> None:
@@ -215,11 +221,12 @@ class TurnRecall:
             while await self.sweep():
                 pass
 
-    async def sweep(self) -> int:
-        """One pass of upkeep: regroup changed records, embed a batch of each kind. How many embedded."""
+    async def sweep(self, kinds: Collection[str] = KINDS) -> int:
+        """One pass of upkeep: regroup changed records, embed a batch of each of `kinds`. How many
+        embedded."""
         async with self._sweeping:
             await self._regroup_changed_records()
-            return await self._embed_missing()
+            return await self._embed_missing(kinds)
 
     async def open_index(self) -> None:
         """Load the model and every stored vector of it into the index (grouped by who may see
@@ -271,28 +278,29 @@ class TurnRecall:
         finally:
             self._loaded.set()
         while True:
+            kinds, self._dirty = self._dirty, set()
+            self._wake.clear()
             try:
-                embedded = await self.sweep()
+                await self.sweep(kinds)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failing model or database: lexical recall goes on meanwhile
                 event(log, "embedding_upkeep_failed", logging.WARNING, error=type(exc).__name__)
-                embedded = 0
-            if embedded:
-                continue
-            self._wake.clear()
+            if self._dirty:
+                continue  # a full batch (there may be more), or written meanwhile
             try:  # asyncio.timeout: wait_for may lose a cancellation on Python 3.11 (see gateway/jobs/runner.py)
                 async with asyncio.timeout(UPKEEP_IDLE_SECONDS):
                     await self._wake.wait()
                 await asyncio.sleep(UPKEEP_DEBOUNCE_SECONDS)  # a burst of writes: one sweep
             except TimeoutError:
-                pass
+                self._dirty.update(KINDS)  # once an hour every kind, whatever was said
 
-    async def _embed_missing(self) -> int:
-        """One batch per kind of items without a current vector; how many were embedded."""
+    async def _embed_missing(self, kinds: Collection[str]) -> int:
+        """One batch per kind of `kinds` of items without a current vector; how many were embedded.
+        A kind whose batch was full is marked to be looked at again."""
         assert self.embedder is not None and self.index is not None
         done = 0
-        for kind in KINDS:
+        for kind in (k for k in KINDS if k in kinds):
             # Onward from the last batch: a scan from the start would re-read every item that
             # already has a vector, each batch (quadratic over a backfill). Past the end, one
             # more scan from the start finds what was written behind the cursor meanwhile.
@@ -303,6 +311,8 @@ class TurnRecall:
             self._cursor[kind] = batch[-1][0] if batch else None
             if not batch:
                 continue
+            if len(batch) == UPKEEP_BATCH:
+                self._dirty.add(kind)
             vecs = await self.embedder.embed_documents([text for _, text in batch])
             rows = [(item_id, text_hash(text), vecs[i]) for i, (item_id, text) in enumerate(batch)]
             await self.vectors.upsert(kind, rows, self.embedder.model_id)

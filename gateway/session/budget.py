@@ -153,7 +153,7 @@ class SessionMemory:
         self._worker: asyncio.Task[None] | None = None
         self.flush_retry_seconds = FLUSH_RETRY_SECONDS
         # Called after messages were archived or notes written (the recall upkeep embeds them).
-        self.on_change: Callable[[], None] | None = None
+        self.on_change: Callable[[str], None] | None = None  # told the kind of item written: archive, daily
         # Queues memory formation for an archived range (gateway/jobs/formation.py); None: no formation.
         self.formation: Callable[[ArchivedRange], Awaitable[object]] | None = None
         # Several instances on one database: a session is summarized by one of them at a time.
@@ -257,12 +257,12 @@ class SessionMemory:
     async def _archive(self, state: SessionState, through: int, reason: str, **kw: Any) -> Archived | None:
         done = await self.storage.sessions.archive(state, through, reason, **kw)
         if done is not None and done.count:
-            self._changed()
+            self._changed("archive")
         return done
 
-    def _changed(self) -> None:
+    def _changed(self, kind: str) -> None:
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(kind)
 
     async def _queue_formation(self, state: SessionState, done: Archived, why: str) -> None:
         if done.first_id is not None and done.last_id is not None:
@@ -387,7 +387,7 @@ class SessionMemory:
             flush = FlushRequest(target.scope, target.owner, self.today().isoformat())
         _state, done = await self.storage.sessions.reset(key, agent.name, user_id, keep=keep, flush=flush)
         if done is not None and done.count:
-            self._changed()
+            self._changed("archive")
         if done is not None and done.flush_id is not None:
             self._wake.set()
 
@@ -456,7 +456,7 @@ class SessionMemory:
             scope = f"{'personal' if job.scope == 'user' else 'channel'}:{job.owner}"
             try:
                 await self.daily_index.index_file(path, scope)
-                self._changed()
+                self._changed("daily")
             except Exception as exc:  # the file is written; the start-up scan indexes it later
                 event(log, "daily_index_failed", logging.WARNING, error=type(exc).__name__)
         await self.storage.flushes.done(job, f"{len(added)} notes")

@@ -5,6 +5,7 @@ in the background, and each degradation is logged once."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -14,6 +15,7 @@ import aiohttp
 import pytest
 
 import gateway.app
+import gateway.recall.engine
 from gateway.app import Gateway
 from memory.embed.index import VectorIndex
 from memory.records.fields import NewRecord
@@ -23,6 +25,7 @@ from tests.conftest import BOB_TOKEN
 from tests.fakes.embedder import ConceptEmbedder
 from tests.fakes.llm import FakeLLM, Reply
 from tests.integration.test_recall import say, storage_overrides, system_of
+from tests.waits import until
 
 __all__ = ["storage_overrides"]  # the fixture: every test runs on SQLite and on PostgreSQL
 
@@ -248,3 +251,30 @@ async def test_evidence_needs_a_strong_match_where_confirmed_memory_does_not(
     assert items[weak_id].reason == "weak_evidence_match" and 0.2 < items[weak_id].score < 0.3
     assert items[confirmed_id].used and items[strong_id].used
     assert "evidence_floor=0.3 evidence_floor_source=config" in caplog.text
+
+
+async def test_the_upkeep_looks_only_at_the_kinds_of_item_written(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn archives messages: the upkeep then scans the archive for items without a vector, not
+    every record and daily note as well (those scans grew the cost of every turn). A writer that
+    does not say what it wrote has every kind looked at."""
+    monkeypatch.setattr(gateway.recall.engine, "UPKEEP_DEBOUNCE_SECONDS", 0.0)
+    gw = await start(ConceptEmbedder(concepts=PLANTS))
+    assert gw.recall is not None
+    await gw.recall.caught_up(timeout=30)
+    scanned: list[str] = []
+    missing = gw.recall.vectors.missing
+
+    async def counted(kind: Any, *args: Any, **kwargs: Any) -> Any:
+        scanned.append(kind)
+        return await missing(kind, *args, **kwargs)
+
+    monkeypatch.setattr(gw.recall.vectors, "missing", counted)
+    gw.recall.wake("archive")
+    await until(lambda: bool(scanned))
+    await asyncio.sleep(0.1)  # a second sweep, had the first asked for one
+    assert set(scanned) == {"archive"}
+    scanned.clear()
+    gw.recall.wake()
+    await until(lambda: {"record", "archive", "daily"} <= set(scanned))
