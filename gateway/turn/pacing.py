@@ -88,14 +88,9 @@ class Pacer:
         one already waiting. (Waiting for a whole token first starved such an edit for as long as
         other conversations sharing the budget kept sending.)"""
         waited = await self.wait(scope, rates)
-        now = self.clock()
-        wait = 0.0
-        for rate in rates:
-            found = self._buckets.get((scope, rate.key))
-            tokens = tokens_at(found[0] if found else None, rate, now)
-            wait = max(wait, wait_for_token(tokens, rate))
+        wait = self.delay(scope, rates)  # for a token: the holds are over
         self.spend(scope, rates, send=False)
-        if wait > EPSILON:
+        if wait:
             await self.sleep(wait)
             waited += wait
         return waited + await self.wait(scope, rates)  # a hold that came meanwhile
