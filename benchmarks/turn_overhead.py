@@ -227,7 +227,7 @@ async def gateway_main(api_base: str, data_dir: str) -> None:
     from gateway.app import Gateway
     from gateway.config.load import parse_config
 
-    gw = Gateway(parse_config(gateway_config_data(api_base, data_dir), "benchmark", env={}), freeze_heap=True)
+    gw = Gateway(parse_config(gateway_config_data(api_base, data_dir), "benchmark", env={}), own_process=True)
     await gw.start()
     print(json.dumps({"url": gw.url}), flush=True)
     profiler: list[cProfile.Profile] = []

@@ -22,6 +22,7 @@ import channels
 from gateway.config.load import secret_values
 from gateway.config.model import Config
 from gateway.core.events import ConversationRef, MessageReceived, utcnow
+from gateway.core.heap import limit_malloc_arenas
 from gateway.core.logs import event, setup_logging
 from gateway.core.metrics import Metrics
 from gateway.core.ports import Adapter, ChannelServices, ConversationSummary, HistoryItem, RecordedReply
@@ -70,15 +71,19 @@ class Gateway:
         config: Config,
         config_path: Path | None = None,
         *,
-        freeze_heap: bool = False,
+        own_process: bool = False,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
-        """`freeze_heap`: the process is this gateway's own (`clawgate run`): see _freeze_heap.
+        """`own_process`: the process is this gateway's own (`clawgate run`): its C heap keeps to two
+        malloc arenas (gateway/core/heap.py), and what its start loaded leaves the garbage
+        collector's walks (_freeze_heap).
         `clock`: what "now" is for scheduled work (the job queue, reminders): tests move it."""
         self.config = config
         self.clock = clock
         self.schedules: Schedules | None = None
-        self._freeze = freeze_heap
+        self._freeze = own_process
+        if own_process:
+            limit_malloc_arenas()
         self.metrics = Metrics()
         self.storage: Storage | None = None
         self.adapters: dict[str, Adapter] = {}

@@ -208,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         report(str(path), problems)
         print("The gateway did not start. Fix the problems above, then start it again.", file=sys.stderr)
         return 2
-    gateway = Gateway(config, config_path=path, freeze_heap=True)  # reloaded on SIGHUP or when the file changes
+    gateway = Gateway(config, config_path=path, own_process=True)  # reloaded on SIGHUP or when the file changes
     try:
         asyncio.run(gateway.run_until_signal())
     except KeyboardInterrupt:
